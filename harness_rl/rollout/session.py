@@ -1,0 +1,178 @@
+"""One rollout: a harness session on one task through the capture proxy, traced and verified.
+
+Order matters: the session is registered before the harness starts (its key is the harness's API key), the
+trace is taken after the harness exits (the proxy has then seen every call), and the verifier runs last, on the
+workspace the harness left. Any failure along the way marks the rollout unscorable with the reason; it never
+turns into a reward of 0 that would poison its group's advantages.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness_rl.envs.task import Task, lay_out_workspace
+from harness_rl.envs.verify import verify
+from harness_rl.harnesses.base import Harness, HarnessOutcome
+from harness_rl.rollout.proxy_admin import ProxyAdmin
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RolloutSettings:
+    """Per-session limits and sampling policy, from the ``budget`` and ``trainer`` config groups."""
+
+    step_limit: int
+    max_requests: int
+    timeout_s: float
+    verifier_timeout_s: float
+    temperature: float
+    max_tokens: int
+    purpose: str = "train"
+
+
+@dataclass
+class RolloutResult:
+    """What one rollout produced.
+
+    Attributes:
+        task_id: The task.
+        adapter: Engine-side adapter name the session was pinned to (None: base model).
+        outcome: How the harness run ended (None when it could not start).
+        trace: The session's rollout graph and training sequences from the proxy.
+        score: Verifier score in [0, 1]; None when unscorable.
+        unscorable: Why the rollout cannot be scored (None when it can).
+        tool_calls: Actions the model took, counted from the captured graph.
+        reward: Set by the group once all rollouts are scored.
+        rollout_dir: Folder with the workspace, harness logs and trace.
+    """
+
+    task_id: str
+    adapter: str | None
+    outcome: HarnessOutcome | None
+    trace: dict[str, Any] | None
+    score: float | None
+    unscorable: str | None
+    tool_calls: int
+    rollout_dir: Path
+    seconds: float
+    reward: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        """A compact JSON record for ``rollouts.jsonl``."""
+        trace = self.trace or {}
+        return {
+            "task_id": self.task_id,
+            "adapter": self.adapter,
+            "exit_kind": self.outcome.exit_kind if self.outcome else None,
+            "score": self.score,
+            "reward": self.reward,
+            "unscorable": self.unscorable,
+            "tool_calls": self.tool_calls,
+            "requests": trace.get("requests"),
+            "sequences": len(trace.get("sequences", [])),
+            "seconds": round(self.seconds, 3),
+            "rollout_dir": str(self.rollout_dir),
+        }
+
+
+def count_tool_calls(trace: dict[str, Any]) -> int:
+    """Actions the model took: structured tool calls where the dialect has them, else one per engine call.
+
+    In text mode (mini-swe-agent's ```bash blocks) every engine reply is one action; calls answered by the
+    request budget are not the model's and do not count.
+    """
+    nodes = [n for n in trace.get("nodes", []) if not n.get("budget_exhausted")]
+    structured = sum(len(n.get("tool_calls") or []) for n in nodes)
+    return structured if structured else len(nodes)
+
+
+def write_json_atomically(path: Path, payload: Any) -> None:
+    """Write JSON to a temp file beside ``path`` and rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(payload, fh)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def run_rollout(
+    *,
+    task: Task,
+    harness: Harness,
+    proxy: ProxyAdmin,
+    adapter: str | None,
+    settings: RolloutSettings,
+    rollout_dir: Path,
+) -> RolloutResult:
+    """Run ``harness`` on ``task`` through the proxy and score it. Never raises for a failed rollout."""
+    start = time.monotonic()
+    rollout_dir.mkdir(parents=True, exist_ok=True)
+    workspace = rollout_dir / "workspace"
+    outcome: HarnessOutcome | None = None
+    trace: dict[str, Any] | None = None
+    unscorable: str | None = None
+    key = proxy.create_session(
+        adapter=adapter,
+        purpose=settings.purpose,
+        max_requests=settings.max_requests,
+        sampling={"temperature": settings.temperature, "max_tokens": settings.max_tokens, "top_p": 1.0},
+    )
+    try:
+        lay_out_workspace(task, workspace)
+        outcome = harness.run(
+            workspace,
+            task.instruction,
+            base_url=f"{proxy.url}/v1",
+            api_key=key,
+            step_limit=settings.step_limit,
+            timeout_s=settings.timeout_s,
+            rollout_dir=rollout_dir,
+        )
+    except Exception as err:  # a harness that cannot start is this rollout's failure, not the run's
+        log.warning("rollout %s on %s failed to run: %s", rollout_dir.name, task.id, err)
+        unscorable = f"harness failed: {err}"
+    finally:
+        try:
+            trace = proxy.end_session(key)
+        except Exception as err:
+            unscorable = unscorable or f"trace unavailable: {err}"
+    if trace is not None:
+        write_json_atomically(rollout_dir / "trace.json", trace)
+    if outcome is not None:
+        write_json_atomically(rollout_dir / "outcome.json", outcome.to_dict())
+    if unscorable is None and outcome is not None and outcome.timed_out:
+        unscorable = f"harness killed at the {settings.timeout_s:g} s wall-clock limit"
+    if unscorable is None and trace is not None and trace.get("failures"):
+        unscorable = f"proxy recorded {len(trace['failures'])} failed call(s): {trace['failures'][0]}"
+    if unscorable is None and trace is not None and not trace.get("sequences"):
+        unscorable = "no training sequence captured (the harness made no engine call)"
+    score = None
+    if unscorable is None:
+        result = verify(task, workspace, timeout_s=settings.verifier_timeout_s)
+        if result.score is None:
+            unscorable = f"verifier failed: {result.error}"
+        score = result.score
+    return RolloutResult(
+        task_id=task.id,
+        adapter=adapter,
+        outcome=outcome,
+        trace=trace,
+        score=score,
+        unscorable=unscorable,
+        tool_calls=count_tool_calls(trace) if trace else 0,
+        rollout_dir=rollout_dir,
+        seconds=time.monotonic() - start,
+    )

@@ -1,0 +1,209 @@
+"""The rollout worker: keeps harness sessions in flight and turns finished GRPO groups into training samples.
+
+It runs in background threads next to the trainer, so sampling never waits for an optimizer step (the
+"asynchronous" of async GRPO). Each group is pinned to the adapter version that was live when it started; the
+trainer drops groups that fell more than ``max_staleness`` versions behind by the time it trains on them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import random
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from harness_rl.engine.adapters import AdapterRegistry
+from harness_rl.envs.reward import compute_group_rewards
+from harness_rl.envs.task import Task
+from harness_rl.harnesses.base import Harness
+from harness_rl.rollout.group import ScoredGroup, build_samples
+from harness_rl.rollout.proxy_admin import ProxyAdmin
+from harness_rl.rollout.session import RolloutResult, RolloutSettings, run_rollout
+from harness_rl.train.loss import group_advantages
+
+log = logging.getLogger(__name__)
+
+
+class TaskSampler:
+    """Draws tasks weighted by difficulty (harder tasks more often, never a weight of 0)."""
+
+    def __init__(self, tasks: list[Task], seed: int):
+        if not tasks:
+            raise ValueError("the task source gave no tasks for this split")
+        self.tasks = tasks
+        self.weights = [0.25 + t.difficulty for t in tasks]
+        self._rng = random.Random(seed)
+
+    def draw(self) -> Task:
+        return self._rng.choices(self.tasks, weights=self.weights, k=1)[0]
+
+
+class RolloutWorker:
+    """Produces scored groups for one harness's trainer.
+
+    Args:
+        harness: The harness every rollout of this worker runs in.
+        sampler: Draws the task of each group.
+        proxy: Admin client of the capture proxy.
+        registry: The engine's adapter registry; a group pins the harness's latest version while it runs.
+        settings: Per-session limits and sampling policy.
+        num_generations: Rollouts per group.
+        max_sessions: Harness sessions in flight at once (whole groups only).
+        run_dir: Rollouts go to ``run_dir/rollouts/<harness>/g<group>/r<i>``.
+        reward_fn: ``(scores, tool_calls) -> rewards`` (correctness plus efficiency bonus).
+        scale_rewards: Divide advantages by the group's reward std.
+        on_rollout: Called with each finished rollout (for logs and progress), from worker threads.
+    """
+
+    def __init__(
+        self,
+        *,
+        harness: Harness,
+        sampler: TaskSampler,
+        proxy: ProxyAdmin,
+        registry: AdapterRegistry,
+        settings: RolloutSettings,
+        num_generations: int,
+        max_sessions: int,
+        run_dir: Path,
+        reward_fn: Callable[[list[float | None], list[int]], list[float | None]] = compute_group_rewards,
+        scale_rewards: bool = True,
+        on_rollout: Callable[[RolloutResult], None] | None = None,
+    ):
+        self.harness = harness
+        self.sampler = sampler
+        self.proxy = proxy
+        self.registry = registry
+        self.settings = settings
+        self.num_generations = num_generations
+        self.max_groups = max(1, max_sessions // num_generations)
+        self.run_dir = Path(run_dir)
+        self.reward_fn = reward_fn
+        self.scale_rewards = scale_rewards
+        self.on_rollout = on_rollout
+        self.groups: queue.Queue[ScoredGroup] = queue.Queue()
+        self._stop = threading.Event()
+        self._ids = itertools.count()
+        self._slots = threading.Semaphore(self.max_groups)
+        self._sessions = ThreadPoolExecutor(self.max_groups * num_generations, thread_name_prefix="rollout")
+        self._groups = ThreadPoolExecutor(self.max_groups, thread_name_prefix="group")
+        self._thread = threading.Thread(target=self._loop, name=f"worker-{harness.name}", daemon=True)
+        self.errors: list[BaseException] = []
+
+    def start(self) -> RolloutWorker:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop launching groups; groups in flight finish (their harnesses are bounded by the wall clock)."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._groups.shutdown(wait=False, cancel_futures=True)
+        self._sessions.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            if not self._slots.acquire(timeout=0.5):
+                continue
+            if self._stop.is_set():
+                self._slots.release()
+                break
+            group_id = next(self._ids)
+            self._groups.submit(self._run_group_safely, group_id, self.sampler.draw())
+
+    def _run_group_safely(self, group_id: int, task: Task) -> None:
+        try:
+            group = self.run_group(group_id, task)
+            if group is not None:
+                self.groups.put(group)
+        except BaseException as err:  # surfaced to the trainer loop, which stops the run
+            log.exception("group %d failed", group_id)
+            self.errors.append(err)
+            self._stop.set()
+        finally:
+            self._slots.release()
+
+    def run_group(self, group_id: int, task: Task) -> ScoredGroup | None:
+        """Run ``num_generations`` rollouts of ``task`` on the latest adapter version and score them."""
+        adapter = self.registry.latest(self.harness.name)
+        if adapter is None:
+            raise RuntimeError(f"no adapter published for harness {self.harness.name}")
+        self.registry.acquire(adapter)
+        try:
+            version = int(adapter.rsplit("-v", 1)[1])
+            group_dir = self.run_dir / "rollouts" / self.harness.name / f"g{group_id:05d}"
+            futures = [
+                self._sessions.submit(
+                    run_rollout,
+                    task=task,
+                    harness=self.harness,
+                    proxy=self.proxy,
+                    adapter=adapter,
+                    settings=self.settings,
+                    rollout_dir=group_dir / f"r{i}",
+                )
+                for i in range(self.num_generations)
+            ]
+            rollouts = [f.result() for f in futures]
+        finally:
+            self.registry.release(adapter)
+        return score_group(
+            group_id, task, self.harness.name, version, rollouts, self.reward_fn, self.scale_rewards,
+            on_rollout=self.on_rollout,
+        )  # fmt: skip
+
+
+def score_group(
+    group_id: int,
+    task: Task,
+    harness: str,
+    version: int,
+    rollouts: list[RolloutResult],
+    reward_fn: Callable[[list[float | None], list[int]], list[float | None]],
+    scale_rewards: bool,
+    on_rollout: Callable[[RolloutResult], None] | None = None,
+) -> ScoredGroup:
+    """Rewards, advantages and samples of a finished group."""
+    rewards = reward_fn([r.score for r in rollouts], [r.tool_calls for r in rollouts])
+    for rollout, reward in zip(rollouts, rewards, strict=True):
+        rollout.reward = reward
+        if on_rollout is not None:
+            on_rollout(rollout)
+    advantages = group_advantages(rewards, scale_by_std=scale_rewards)
+    group = ScoredGroup(group_id, task.id, harness, version, rollouts, advantages)
+    group.samples = build_samples(group)
+    return group
+
+
+def group_metrics(groups: list[ScoredGroup]) -> dict[str, Any]:
+    """Reward, pass rate, tool calls, tokens and failure counts over the groups of one step."""
+    rollouts = [r for g in groups for r in g.rollouts]
+    scored = [r for r in rollouts if r.reward is not None]
+    solved = [r for r in scored if (r.score or 0) >= 1.0]
+
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs) if xs else 0.0
+
+    return {
+        "rollout/count": len(rollouts),
+        "rollout/unscorable": len(rollouts) - len(scored),
+        "reward/mean": mean([r.reward for r in scored]),
+        "reward/pass_rate": len(solved) / len(scored) if scored else 0.0,
+        "rollout/tool_calls_mean": mean([r.tool_calls for r in scored]),
+        "rollout/tool_calls_solved_mean": mean([r.tool_calls for r in solved]),
+        "rollout/requests_mean": mean([float((r.trace or {}).get("requests") or 0) for r in rollouts]),
+        "rollout/seconds_mean": mean([r.seconds for r in rollouts]),
+        "rollout/sampled_tokens": sum(
+            len(n["completion_token_ids"]) for r in rollouts for n in (r.trace or {}).get("nodes", [])
+        ),
+        "batch/informative_groups": sum(g.informative for g in groups),
+    }
