@@ -1,0 +1,150 @@
+"""Admin API: the rollout worker registers sessions and collects their traces.
+
+    POST   /admin/sessions              {"adapter", "purpose", "max_requests", "sampling"} -> {"key": ...}
+    GET    /admin/sessions/{key}/trace  -> trace JSON
+    DELETE /admin/sessions/{key}        -> trace JSON; the key stops working
+
+Every route needs `Authorization: Bearer <admin token>`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from harness_rl.proxy.sessions import PURPOSES, SamplingPolicy, SessionStore
+
+_SESSION_FIELDS = {"adapter", "purpose", "max_requests", "sampling", "key"}
+_SAMPLING_FIELDS = {"temperature", "max_tokens", "top_p"}
+
+
+class BadField(ValueError):
+    """A request body field that fails validation."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+def _error(status: int, message: str, *, type_: str, param: str | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": type_, "param": param}}, status_code=status)
+
+
+def parse_session_spec(body: Any) -> dict[str, Any]:
+    """Validates a POST /admin/sessions body into SessionStore.create keyword arguments.
+
+    Raises:
+        BadField: naming the first field that is missing, unknown or of the wrong type/range.
+    """
+    if not isinstance(body, dict):
+        raise BadField("body", "must be a JSON object")
+    unknown = sorted(set(body) - _SESSION_FIELDS)
+    if unknown:
+        raise BadField(unknown[0], f"unknown field (allowed: {', '.join(sorted(_SESSION_FIELDS))})")
+    adapter = body.get("adapter")
+    if adapter is not None and (not isinstance(adapter, str) or not adapter):
+        raise BadField("adapter", "must be a non-empty string or null (null = base model)")
+    if "purpose" not in body:
+        raise BadField("purpose", f"is required (one of {', '.join(PURPOSES)})")
+    if body["purpose"] not in PURPOSES:
+        raise BadField("purpose", f"must be one of {', '.join(PURPOSES)}, got {body['purpose']!r}")
+    max_requests = body.get("max_requests")
+    if max_requests is not None and (not _is_int(max_requests) or max_requests < 0):
+        raise BadField("max_requests", "must be an integer >= 0 or null (no budget)")
+    key = body.get("key")
+    if key is not None and (not isinstance(key, str) or not key or any(c.isspace() for c in key)):
+        raise BadField("key", "must be a non-empty string without whitespace")
+    return {
+        "adapter": adapter,
+        "purpose": body["purpose"],
+        "max_requests": max_requests,
+        "sampling": _parse_sampling(body.get("sampling")),
+        "key": key,
+    }
+
+
+def _parse_sampling(raw: Any) -> SamplingPolicy:
+    if raw is None:
+        return SamplingPolicy()
+    if not isinstance(raw, dict):
+        raise BadField("sampling", "must be an object or null")
+    unknown = sorted(set(raw) - _SAMPLING_FIELDS)
+    if unknown:
+        raise BadField(
+            f"sampling.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(_SAMPLING_FIELDS))})"
+        )
+    temperature, top_p, max_tokens = raw.get("temperature"), raw.get("top_p"), raw.get("max_tokens")
+    if temperature is not None and (not _is_number(temperature) or temperature < 0):
+        raise BadField("sampling.temperature", "must be a number >= 0")
+    if top_p is not None and (not _is_number(top_p) or not 0 < top_p <= 1):
+        raise BadField("sampling.top_p", "must be a number in (0, 1]")
+    if max_tokens is not None and (not _is_int(max_tokens) or max_tokens < 1):
+        raise BadField("sampling.max_tokens", "must be an integer >= 1")
+    return SamplingPolicy(
+        temperature=None if temperature is None else float(temperature),
+        max_tokens=max_tokens,
+        top_p=None if top_p is None else float(top_p),
+    )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def admin_routes(sessions: SessionStore, admin_token: str) -> list[Route]:
+    """The admin routes, each guarded by the admin bearer token."""
+
+    def authorized(request: Request) -> bool:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and secrets.compare_digest(
+            token.strip().encode(), admin_token.encode()
+        )
+
+    def unauthorized() -> JSONResponse:
+        return _error(401, "Missing or wrong admin token.", type_="authentication_error")
+
+    async def create_session(request: Request) -> Response:
+        if not authorized(request):
+            return unauthorized()
+        try:
+            spec = parse_session_spec(json.loads(await request.body()))
+        except ValueError as exc:  # BadField and malformed JSON
+            param = exc.field if isinstance(exc, BadField) else "body"
+            return _error(400, f"Invalid session: {exc}", type_="invalid_request_error", param=param)
+        try:
+            session = sessions.create(**spec)
+        except KeyError:
+            return _error(409, f"Session key {spec['key']!r} already exists.", type_="conflict", param="key")
+        return JSONResponse({"key": session.key}, status_code=201)
+
+    async def get_trace(request: Request) -> Response:
+        if not authorized(request):
+            return unauthorized()
+        session = sessions.get(request.path_params["key"])
+        if session is None:
+            return _error(404, "No such session.", type_="not_found")
+        return JSONResponse(session.trace())
+
+    async def end_session(request: Request) -> Response:
+        if not authorized(request):
+            return unauthorized()
+        session = sessions.pop(request.path_params["key"])
+        if session is None:
+            return _error(404, "No such session.", type_="not_found")
+        return JSONResponse(session.trace())
+
+    return [
+        Route("/admin/sessions", create_session, methods=["POST"]),
+        Route("/admin/sessions/{key}/trace", get_trace, methods=["GET"]),
+        Route("/admin/sessions/{key}", end_session, methods=["DELETE"]),
+    ]

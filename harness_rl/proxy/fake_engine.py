@@ -1,0 +1,224 @@
+"""A scripted stand-in for vLLM's OpenAI chat-completions server (test double for the engine).
+
+It imitates vLLM 0.32's reply shapes with `return_token_ids` and `logprobs`: `prompt_token_ids` at the
+top level (first chunk when streaming), `token_ids` per choice (per chunk: that step's tokens), one
+`logprobs.content` entry per token, held-back tool-parser steps as chunks with an empty delta, the final
+usage chunk, `[DONE]`. Tokenization is a toy one that is prefix-consistent the way a real chat template
+is: a conversation's next prompt starts with the previous prompt plus the previous completion.
+
+Used by unit tests (with uvicorn on port 0) and by harness tests that need a scripted model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+START, END = 100_000, 100_001  # turn delimiters, like <|im_start|> / <|im_end|>
+ROLE_IDS = {"system": 100_010, "user": 100_011, "assistant": 100_012, "tool": 100_013}
+
+
+@dataclass
+class Reply:
+    """One scripted model reply: plain text, or tool calls as (name, arguments dict) pairs."""
+
+    text: str = ""
+    tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+
+def render_assistant(text: str, tool_calls: list[tuple[str, dict[str, Any]]]) -> str:
+    """The text a model emits for a reply (Hermes-style tool-call tags)."""
+    calls = "".join(
+        "<tool_call>" + json.dumps({"name": n, "arguments": a}, sort_keys=True) + "</tool_call>"
+        for n, a in tool_calls
+    )
+    return text + calls
+
+
+def tokenize_text(text: str) -> list[int]:
+    return [ord(c) for c in text]
+
+
+def render_prompt(messages: list[dict[str, Any]]) -> list[int]:
+    """Toy chat template: START role content END per message, then START assistant."""
+    ids: list[int] = []
+    for message in messages:
+        ids += [START, ROLE_IDS.get(message["role"], 100_019)]
+        if message["role"] == "assistant":
+            calls = [
+                (tc["function"]["name"], json.loads(tc["function"]["arguments"] or "{}"))
+                for tc in message.get("tool_calls") or []
+            ]
+            ids += tokenize_text(render_assistant(_text(message.get("content")), calls))
+        else:
+            ids += tokenize_text(_text(message.get("content")))
+        ids.append(END)
+    return ids + [START, ROLE_IDS["assistant"]]
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return content or ""
+
+
+def token_logprob(position: int, token_id: int) -> float:
+    """Deterministic fake log-prob of a sampled token."""
+    return -((token_id * 31 + position * 7) % 97) / 100.0
+
+
+class FakeEngine:
+    """Scripted fake vLLM. `app` is the ASGI app; `requests` records every request body received.
+
+    Args:
+        replies: replies to give in order; when exhausted, replies echo "ok".
+        model: the served model name.
+        chunk_delay_s: pause between streamed chunks (to observe incremental relaying).
+        omit_token_ids: behave like an engine that ignores return_token_ids.
+        fail_after_chunks: when streaming, drop the connection after this many chunks.
+        status: answer every request with this HTTP error status instead.
+    """
+
+    def __init__(
+        self,
+        replies: list[Reply] | None = None,
+        *,
+        model: str = "base-model",
+        chunk_delay_s: float = 0.0,
+        omit_token_ids: bool = False,
+        fail_after_chunks: int | None = None,
+        status: int | None = None,
+    ) -> None:
+        self.model = model
+        self.reset(
+            replies,
+            chunk_delay_s=chunk_delay_s,
+            omit_token_ids=omit_token_ids,
+            fail_after_chunks=fail_after_chunks,
+            status=status,
+        )
+        self.app = Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"])])
+
+    def reset(
+        self,
+        replies: list[Reply] | None = None,
+        *,
+        chunk_delay_s: float = 0.0,
+        omit_token_ids: bool = False,
+        fail_after_chunks: int | None = None,
+        status: int | None = None,
+    ) -> FakeEngine:
+        """Replaces the script and behaviour and forgets recorded requests (reuse one server across tests)."""
+        self.replies = list(replies or [])
+        self.chunk_delay_s = chunk_delay_s
+        self.omit_token_ids = omit_token_ids
+        self.fail_after_chunks = fail_after_chunks
+        self.status = status
+        self.requests: list[dict[str, Any]] = []
+        return self
+
+    async def _chat(self, request: Request) -> Response:
+        body = await request.json()
+        self.requests.append(body)
+        if self.status is not None:
+            error = {
+                "message": "scripted failure",
+                "type": "BadRequestError",
+                "param": None,
+                "code": self.status,
+            }
+            return JSONResponse({"error": error}, status_code=self.status)
+        reply = self.replies.pop(0) if self.replies else Reply(text="ok")
+        prompt = render_prompt(body["messages"])
+        text = render_assistant(reply.text, reply.tool_calls)
+        completion = tokenize_text(text)[: body.get("max_tokens") or None] + [END]
+        finish = "tool_calls" if reply.tool_calls else "stop"
+        tool_calls = [
+            {
+                "id": f"call_{uuid.uuid4().hex[:8]}",
+                "type": "function",
+                "function": {"name": n, "arguments": json.dumps(a, sort_keys=True)},
+            }
+            for n, a in reply.tool_calls
+        ]
+        usage = {"prompt_tokens": len(prompt), "completion_tokens": len(completion)}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        if body.get("stream"):
+            return StreamingResponse(
+                self._stream(body, prompt, completion, reply, tool_calls, finish, usage),
+                media_type="text/event-stream",
+            )
+        logprobs = [self._logprob_entry(i, t) for i, t in enumerate(completion)]
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        choice = {"index": 0, "message": message, "finish_reason": finish, "stop_reason": None}
+        if body.get("logprobs"):
+            choice["logprobs"] = {"content": logprobs}
+        out = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body["model"],
+            "choices": [choice],
+            "usage": usage,
+        }
+        if body.get("return_token_ids") and not self.omit_token_ids:
+            out["prompt_token_ids"] = prompt
+            choice["token_ids"] = completion
+        return JSONResponse(out)
+
+    @staticmethod
+    def _logprob_entry(position: int, token_id: int) -> dict[str, Any]:
+        token = chr(token_id) if token_id < 0x110000 else "<|im_end|>"
+        return {
+            "token": token,
+            "logprob": token_logprob(position, token_id),
+            "bytes": list(token.encode()),
+            "top_logprobs": [],
+        }
+
+    async def _stream(self, body, prompt, completion, reply, tool_calls, finish, usage):
+        ids = not self.omit_token_ids and body.get("return_token_ids")
+        base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": 0}
+        base["model"] = body["model"]
+        first = {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+        if ids:
+            first["prompt_token_ids"] = prompt
+        chunks = [first]
+        n_text = len(reply.text)
+        for pos, token_id in enumerate(completion):
+            last = pos == len(completion) - 1
+            if pos < n_text:
+                delta: dict[str, Any] = {"content": chr(token_id)}
+            elif last or not tool_calls:
+                delta = {}
+            elif pos == n_text:
+                # Like vLLM's hermes parser: the call appears at once after being held back.
+                delta = {"tool_calls": [{"index": i, **tc} for i, tc in enumerate(tool_calls)]}
+            else:
+                delta = {}  # tool-call markup tokens held back by the parser
+            choice = {"index": 0, "delta": delta, "finish_reason": finish if last else None}
+            if body.get("logprobs"):
+                choice["logprobs"] = {"content": [self._logprob_entry(pos, token_id)]}
+            if ids:
+                choice["token_ids"] = [token_id]
+            chunks.append({**base, "choices": [choice]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            chunks.append({**base, "choices": [], "usage": usage})
+        for i, chunk in enumerate(chunks):
+            if self.fail_after_chunks is not None and i >= self.fail_after_chunks:
+                raise ConnectionError("scripted engine crash mid-stream")
+            yield f"data: {json.dumps(chunk)}\n\n"
+            if self.chunk_delay_s:
+                await asyncio.sleep(self.chunk_delay_s)
+        yield "data: [DONE]\n\n"

@@ -1,0 +1,319 @@
+"""One client model call, end to end: auth, budget, policy, engine call, capture, reply in the dialect.
+
+Everything here is dialect-independent; a Dialect only decodes the request and encodes replies, errors
+and stream events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import httpx
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from harness_rl.proxy.capture import CallCapture, CaptureError
+from harness_rl.proxy.dialects.base import DecodedRequest, Dialect
+from harness_rl.proxy.errors import ProxyError
+from harness_rl.proxy.sampling import apply_sampling_policy
+from harness_rl.proxy.sessions import Session, SessionStore
+from harness_rl.proxy.upstream import CHAT_PATH, Upstream
+
+log = logging.getLogger(__name__)
+
+BUDGET_MESSAGE = "Request budget exhausted; stop now."
+# Streams are relayed chunk by chunk; these headers keep intermediaries from buffering them.
+_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class Relay:
+    """Serves client model calls for every dialect against one engine."""
+
+    def __init__(
+        self,
+        sessions: SessionStore,
+        upstream: Upstream,
+        *,
+        base_model: str,
+        max_body_bytes: int,
+        budget_message: str = BUDGET_MESSAGE,
+    ) -> None:
+        self.sessions = sessions
+        self.upstream = upstream
+        self.base_model = base_model
+        self.max_body_bytes = max_body_bytes
+        self.budget_message = budget_message
+
+    async def handle(self, request: Request, dialect: Dialect) -> Response:
+        try:
+            session = self.sessions.get(dialect.api_key(request))
+            if session is None:
+                raise ProxyError(401, "invalid_api_key", "Unknown or missing session key.")
+            req = dialect.decode_request(await self._read_json(request), dict(request.path_params))
+        except ProxyError as error:
+            return _error_response(dialect, error)
+        model = session.adapter or self.base_model
+        if not session.begin_request():
+            return self._budget_reply(session, dialect, req, model)
+        body, dropped = self._upstream_body(session, req, model)
+        if req.stream:
+            return await self._stream(session, dialect, req, body, model, dropped)
+        return await self._complete(session, dialect, req, body, model, dropped)
+
+    async def _read_json(self, request: Request) -> Any:
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > self.max_body_bytes:
+            raise ProxyError(413, "payload_too_large", f"Request body over {self.max_body_bytes} bytes.")
+        raw = bytearray()
+        async for part in request.stream():
+            raw += part
+            if len(raw) > self.max_body_bytes:
+                raise ProxyError(413, "payload_too_large", f"Request body over {self.max_body_bytes} bytes.")
+        try:
+            return json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ProxyError(400, "invalid_request", f"Malformed JSON body: {exc}", param="body") from exc
+
+    def _upstream_body(self, session: Session, req: DecodedRequest, model: str) -> tuple[dict, list[str]]:
+        body = dict(req.upstream_body)
+        body["model"] = model
+        dropped = apply_sampling_policy(body, session.purpose, session.sampling)
+        body["return_token_ids"] = True
+        body["logprobs"] = True
+        if not req.options.get("logprobs"):
+            body.pop("top_logprobs", None)
+        # include_reasoning=false makes vLLM withhold token ids and log-probs; the encoder hides reasoning.
+        body.pop("include_reasoning", None)
+        # echo would prepend the last message to the output text, which is not sampled text.
+        body.pop("echo", None)
+        if req.stream:
+            body["stream"] = True
+            body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        else:
+            body["stream"] = False
+            body.pop("stream_options", None)  # vLLM rejects stream_options without stream=true
+        return body, dropped
+
+    async def _complete(
+        self,
+        session: Session,
+        dialect: Dialect,
+        req: DecodedRequest,
+        body: dict,
+        model: str,
+        dropped: list[str],
+    ) -> Response:
+        t_start = time.time()
+        try:
+            resp = await self.upstream.post_json(CHAT_PATH, body)
+        except httpx.HTTPError as exc:
+            return _upstream_unreachable(session, dialect, exc)
+        if resp.status_code != 200:
+            return _upstream_refused(session, dialect, resp.status_code, resp.content)
+        try:
+            data = resp.json()
+        except ValueError:
+            session.record_failure("upstream_error", "engine sent a non-JSON reply", status=resp.status_code)
+            return _error_response(
+                dialect, ProxyError(502, "upstream_error", "Engine sent a non-JSON reply.")
+            )
+        self._record(session, dialect, CallCapture.from_response(data), model, t_start, dropped)
+        return JSONResponse(dialect.encode_response(data, req))
+
+    async def _stream(
+        self,
+        session: Session,
+        dialect: Dialect,
+        req: DecodedRequest,
+        body: dict,
+        model: str,
+        dropped: list[str],
+    ) -> Response:
+        t_start = time.time()
+        try:
+            resp = await self.upstream.open_stream(CHAT_PATH, body)
+        except httpx.HTTPError as exc:
+            return _upstream_unreachable(session, dialect, exc)
+        if resp.status_code != 200:
+            # Refusals come before any event, so the client still gets a proper HTTP error status.
+            content = await resp.aread()
+            await resp.aclose()
+            return _upstream_refused(session, dialect, resp.status_code, content)
+        encoder = dialect.stream_encoder(req)
+
+        async def events() -> AsyncIterator[bytes]:
+            capture = CallCapture()
+            error: str | None = None
+            done = False
+            try:
+                async for data in _sse_data(resp):
+                    if data == "[DONE]":
+                        done = True
+                        break
+                    chunk = json.loads(data)
+                    if chunk.get("error") and not chunk.get("choices"):
+                        error = f"engine error mid-stream: {_error_message(chunk)}"
+                        break
+                    capture.feed_chunk(chunk)
+                    for event in encoder.on_chunk(chunk):
+                        yield event
+            except (httpx.HTTPError, ValueError) as exc:
+                error = f"engine stream failed: {exc!r}"
+            except (GeneratorExit, asyncio.CancelledError):
+                # The client went away (the server cancels this generator): the call is lost to training.
+                session.record_failure(
+                    "client_disconnected", "client closed the stream before the reply ended", t_start=t_start
+                )
+                raise
+            except Exception as exc:  # a proxy bug must still end the client's stream cleanly
+                log.exception("session %s: stream relay failed", session.key)
+                error = f"proxy error while relaying: {exc!r}"
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await resp.aclose()
+            if error is None and not done:
+                error = "engine stream ended without [DONE]"
+            if error is not None:
+                n_tokens = len(capture.completion_token_ids or [])
+                session.record_failure(
+                    "upstream_stream_error", error, t_start=t_start, completion_tokens=n_tokens
+                )
+                for event in encoder.on_error(error):
+                    yield event
+                return
+            self._record(session, dialect, capture, model, t_start, dropped)
+            for event in encoder.on_end():
+                yield event
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers=_SSE_HEADERS)
+
+    def _record(
+        self,
+        session: Session,
+        dialect: Dialect,
+        capture: CallCapture,
+        model: str,
+        t_start: float,
+        dropped: list[str],
+    ) -> None:
+        try:
+            capture.validate()
+        except CaptureError as exc:
+            # The harness still gets its reply; the session is marked so the rollout can be discarded.
+            session.record_failure(exc.kind, str(exc), t_start=t_start, finish_reason=capture.finish_reason)
+            log.warning("session %s: call not captured: %s", session.key, exc)
+            return
+        session.graph.add(
+            prompt_token_ids=capture.prompt_token_ids or [],
+            completion_token_ids=capture.completion_token_ids or [],
+            completion_logprobs=capture.completion_logprobs,
+            finish_reason=capture.finish_reason,
+            tool_calls=capture.tool_calls,
+            dialect=dialect.name,
+            model=model,
+            t_start=t_start,
+            t_end=time.time(),
+            usage=capture.usage,
+            dropped_params=dropped,
+        )
+
+    def _budget_reply(self, session: Session, dialect: Dialect, req: DecodedRequest, model: str) -> Response:
+        now = time.time()
+        session.graph.add(
+            prompt_token_ids=[],
+            completion_token_ids=[],
+            completion_logprobs=[],
+            finish_reason="stop",
+            dialect=dialect.name,
+            model=model,
+            t_start=now,
+            t_end=now,
+            budget_exhausted=True,
+        )
+        if not req.stream:
+            return JSONResponse(dialect.encode_response(_budget_completion(model, self.budget_message), req))
+        encoder = dialect.stream_encoder(req)
+
+        async def events() -> AsyncIterator[bytes]:
+            for chunk in _budget_chunks(model, self.budget_message):
+                for event in encoder.on_chunk(chunk):
+                    yield event
+            for event in encoder.on_end():
+                yield event
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers=_SSE_HEADERS)
+
+
+async def _sse_data(resp: httpx.Response) -> AsyncIterator[str]:
+    async for line in resp.aiter_lines():
+        if line.startswith("data:"):
+            yield line[5:].strip()
+
+
+def _error_response(dialect: Dialect, error: ProxyError) -> Response:
+    return JSONResponse(dialect.error_body(error), status_code=error.status)
+
+
+def _error_message(payload: Any) -> str:
+    if isinstance(payload, dict) and isinstance(payload.get("error"), dict):
+        return str(payload["error"].get("message") or payload["error"])
+    if isinstance(payload, dict) and "message" in payload:
+        return str(payload["message"])
+    return str(payload)[:2000]
+
+
+def _upstream_unreachable(session: Session, dialect: Dialect, exc: httpx.HTTPError) -> Response:
+    message = f"Engine unreachable: {exc!r}"
+    session.record_failure("upstream_unreachable", message, status=None)
+    return _error_response(dialect, ProxyError(502, "upstream_error", message))
+
+
+def _upstream_refused(session: Session, dialect: Dialect, status: int, content: bytes) -> Response:
+    try:
+        message = _error_message(json.loads(content))
+    except ValueError:
+        message = content.decode(errors="replace")[:2000]
+    session.record_failure("upstream_error", message, status=status)
+    # The engine's 4xx (e.g. prompt longer than the context) is the client's problem; its 5xx is ours.
+    client_status = status if 400 <= status < 500 else 502
+    return _error_response(
+        dialect, ProxyError(client_status, "upstream_error", f"Engine error {status}: {message}")
+    )
+
+
+def _budget_completion(model: str, text: str) -> dict[str, Any]:
+    """A chat.completion as the engine would send it, for a reply the engine never made."""
+    return {
+        "id": f"chatcmpl-budget-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    }
+
+
+def _budget_chunks(model: str, text: str) -> list[dict[str, Any]]:
+    base = {
+        "id": f"chatcmpl-budget-{uuid.uuid4().hex}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+    }
+    deltas = [
+        ({"role": "assistant", "content": ""}, None),
+        ({"content": text}, None),
+        ({}, "stop"),
+    ]
+    chunks = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": f}]} for d, f in deltas]
+    chunks.append(
+        {**base, "choices": [], "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
+    )
+    return chunks

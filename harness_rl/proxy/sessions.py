@@ -1,0 +1,131 @@
+"""Rollout sessions: what a session key means to the proxy and what it has recorded so far.
+
+The rollout worker registers one session per harness run (admin API); the harness then uses the session
+key as its API key. A session fixes the adapter, the purpose (train/eval), the sampling policy and the
+request budget, and accumulates the rollout graph plus any failures (calls that could not be captured
+must never vanish silently from training data).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from harness_rl.proxy.graph import RolloutGraph
+
+Purpose = Literal["train", "eval"]
+PURPOSES = ("train", "eval")
+
+
+@dataclass(frozen=True)
+class SamplingPolicy:
+    """Session-level sampling overrides; None means "keep what the client sent"."""
+
+    temperature: float | None = None
+    max_tokens: int | None = None
+    top_p: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"temperature": self.temperature, "max_tokens": self.max_tokens, "top_p": self.top_p}
+
+
+@dataclass
+class Session:
+    """One rollout's capture state. Mutated from the proxy's event loop and read from admin calls."""
+
+    key: str
+    adapter: str | None
+    purpose: Purpose
+    sampling: SamplingPolicy
+    max_requests: int | None
+    created: float = field(default_factory=time.time)
+    requests: int = 0
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    graph: RolloutGraph = field(default_factory=RolloutGraph)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def begin_request(self) -> bool:
+        """Counts one client call; returns False when it is past the request budget.
+
+        Every authenticated, well-formed call counts, failed ones included, so a harness that retries on
+        errors still runs into the budget.
+        """
+        with self._lock:
+            self.requests += 1
+            return self.max_requests is None or self.requests <= self.max_requests
+
+    def record_failure(self, kind: str, message: str, **details: Any) -> None:
+        """Keeps a call the proxy could not capture (or serve) on the session's record."""
+        with self._lock:
+            self.failures.append({"t": time.time(), "kind": kind, "message": message, **details})
+
+    def trace(self) -> dict[str, Any]:
+        """The session's trace JSON (see the proxy contract)."""
+        with self._lock:
+            failures = [dict(f) for f in self.failures]
+            requests = self.requests
+        return {
+            "key": self.key,
+            "adapter": self.adapter,
+            "purpose": self.purpose,
+            "max_requests": self.max_requests,
+            "sampling": self.sampling.to_json(),
+            "requests": requests,
+            "failures": failures,
+            "nodes": [n.to_json() for n in self.graph.nodes],
+            "sequences": self.graph.sequences(),
+        }
+
+
+class SessionStore:
+    """Session key -> Session, safe to use from several threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sessions: dict[str, Session] = {}
+
+    def create(
+        self,
+        *,
+        adapter: str | None,
+        purpose: Purpose,
+        sampling: SamplingPolicy | None = None,
+        max_requests: int | None = None,
+        key: str | None = None,
+    ) -> Session:
+        """Registers a session under a fresh random key (or the given one).
+
+        Raises:
+            KeyError: if the given key is already in use.
+        """
+        with self._lock:
+            if key is None:
+                key = "hrl-" + secrets.token_urlsafe(24)
+            elif key in self._sessions:
+                raise KeyError(key)
+            session = Session(
+                key=key,
+                adapter=adapter,
+                purpose=purpose,
+                sampling=sampling or SamplingPolicy(),
+                max_requests=max_requests,
+            )
+            self._sessions[key] = session
+            return session
+
+    def get(self, key: str | None) -> Session | None:
+        if not key:
+            return None
+        with self._lock:
+            return self._sessions.get(key)
+
+    def pop(self, key: str) -> Session | None:
+        with self._lock:
+            return self._sessions.pop(key, None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._sessions)
