@@ -1,0 +1,138 @@
+"""A rollout is registered with the proxy, traced, verified and scored; any failure (a harness killed at its
+limit, a crashing verifier, no captured call) marks it unscorable instead of giving it reward 0."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import openai
+import pytest
+
+from harness_rl.envs.reward import compute_group_rewards
+from harness_rl.envs.smoke import smoke_task
+from harness_rl.envs.task import Task
+from harness_rl.harnesses.base import HarnessOutcome
+from harness_rl.proxy.fake_engine import FakeEngine, Reply
+from harness_rl.proxy.server import ProxyServer, UvicornThread
+from harness_rl.rollout.proxy_admin import ProxyAdmin
+from harness_rl.rollout.session import RolloutSettings, count_tool_calls, run_rollout
+from harness_rl.rollout.worker import score_group
+
+ADMIN = "test-admin-token"
+SETTINGS = RolloutSettings(
+    step_limit=3, max_requests=4, timeout_s=5, verifier_timeout_s=10, temperature=0.8, max_tokens=64
+)
+
+
+class ScriptedHarness:
+    """A test double of the Harness protocol: asks the proxy once per step with the real openai SDK, and
+    applies each reply's ```bash block by writing the file it names (enough for the smoke tasks)."""
+
+    name = "scripted"
+    dialect = "openai_chat"
+
+    def __init__(self, steps: int = 2, timed_out: bool = False):
+        self.steps = steps
+        self.timed_out = timed_out
+
+    def run(self, task_workspace, instruction, *, base_url, api_key, step_limit, timeout_s, rollout_dir):
+        client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+        messages = [{"role": "system", "content": "act"}, {"role": "user", "content": instruction}]
+        start, text = time.monotonic(), ""
+        for _ in range(min(self.steps, step_limit)):
+            reply = client.chat.completions.create(model="anything", messages=messages)
+            text = reply.choices[0].message.content or ""
+            messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "ok"}]
+            if text.startswith("echo "):
+                word, _, file = text[5:].partition(" > ")
+                (Path(task_workspace) / file.strip()).write_text(word + "\n")
+        kind = "timeout" if self.timed_out else "submitted"
+        return HarnessOutcome(kind, 0, self.steps, text, None, time.monotonic() - start, self.timed_out)
+
+
+@pytest.fixture(scope="module")
+def proxy():
+    engine = FakeEngine()
+    with UvicornThread(engine.app) as engine_server:
+        with ProxyServer(engine_server.url, ADMIN, base_model="base") as server:
+            admin = ProxyAdmin(server.url, ADMIN)
+            yield engine, admin
+            admin.close()
+
+
+def _rollout(proxy, tmp_path, harness, task, replies):
+    engine, admin = proxy
+    engine.reset([Reply(text=t) for t in replies])
+    return run_rollout(task=task, harness=harness, proxy=admin, adapter=None, settings=SETTINGS,
+                       rollout_dir=tmp_path / "r0")  # fmt: skip
+
+
+def test_solved_rollout_is_scored_and_traced(proxy, tmp_path):
+    task = smoke_task("t1", "out.txt", "apple")
+    result = _rollout(proxy, tmp_path, ScriptedHarness(), task, ["thinking", "echo apple > out.txt"])
+    assert result.unscorable is None
+    assert result.score == 1.0
+    assert result.tool_calls == 2
+    assert result.trace["requests"] == 2
+    assert len(result.trace["sequences"]) == 1  # the second call extends the first
+    assert (tmp_path / "r0" / "trace.json").exists()
+
+
+def test_wrong_answer_scores_zero_not_unscorable(proxy, tmp_path):
+    task = smoke_task("t1", "out.txt", "apple")
+    result = _rollout(proxy, tmp_path, ScriptedHarness(), task, ["echo pear > out.txt", "done"])
+    assert result.unscorable is None and result.score == 0.0
+
+
+def test_timed_out_harness_is_unscorable(proxy, tmp_path):
+    task = smoke_task("t1", "out.txt", "apple")
+    result = _rollout(proxy, tmp_path, ScriptedHarness(timed_out=True), task, ["echo apple > out.txt", "x"])
+    assert result.score is None
+    assert "wall-clock" in result.unscorable
+
+
+def test_crashing_verifier_is_unscorable(proxy, tmp_path):
+    task = Task(id="crash", instruction="anything",
+                verifier={"kind": "command", "argv": [sys.executable, "-c", "raise SystemExit(3)"]})  # fmt: skip
+    result = _rollout(proxy, tmp_path, ScriptedHarness(), task, ["a", "b"])
+    assert result.score is None
+    assert "verifier failed" in result.unscorable
+
+
+def test_harness_without_engine_call_is_unscorable(proxy, tmp_path):
+    task = smoke_task("t1", "out.txt", "apple")
+    result = _rollout(proxy, tmp_path, ScriptedHarness(steps=0), task, [])
+    assert result.score is None
+    assert "no training sequence" in result.unscorable
+
+
+def test_group_scoring_excludes_unscorable_rollouts(proxy, tmp_path):
+    task = smoke_task("t1", "out.txt", "apple")
+    results = []
+    for i, (replies, timed_out) in enumerate(
+        [(["echo apple > out.txt", "x"], False), (["no", "no"], False), (["echo apple > out.txt", "x"], True)]
+    ):
+        results.append(_rollout(proxy, tmp_path / str(i), ScriptedHarness(timed_out=timed_out), task, replies))
+    group = score_group(7, task, "scripted", 3, results, compute_group_rewards, scale_rewards=True)
+    assert group.rewards[0] == pytest.approx(1.0) and group.rewards[1] == 0.0 and group.rewards[2] is None
+    assert group.advantages[0] > 0 > group.advantages[1] and group.advantages[2] is None
+    assert group.informative
+    # Only scorable rollouts become samples, each tagged with its group, version and advantage.
+    assert {s["rollout_index"] for s in group.samples} == {0, 1}
+    for sample in group.samples:
+        assert sample["group_id"] == 7 and sample["policy_version"] == 3
+        assert len(sample["input_ids"]) == len(sample["completion_mask"]) == len(sample["old_log_probs"])
+        assert sample["old_log_probs"][sample["completion_mask"] == 0].abs().sum() == 0
+
+
+def test_tool_calls_counted_from_graph():
+    trace = {"nodes": [
+        {"tool_calls": [{"id": 1}, {"id": 2}], "budget_exhausted": False},
+        {"tool_calls": [], "budget_exhausted": False},
+        {"tool_calls": [], "budget_exhausted": True},
+    ]}  # fmt: skip
+    assert count_tool_calls(trace) == 2
+    text_mode = {"nodes": [{"tool_calls": []}, {"tool_calls": []}, {"budget_exhausted": True}]}
+    assert count_tool_calls(text_mode) == 2
