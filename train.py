@@ -28,9 +28,14 @@ def main(cfg: DictConfig) -> float | None:
     except ConfigError as err:
         log.error("invalid config: %s", err)
         sys.exit(2)
+    from harness_rl.launch.errors import USER_ERRORS
     from harness_rl.launch.train_run import run_training
 
-    return run_training(cfg)
+    try:
+        return run_training(cfg)
+    except USER_ERRORS as err:  # bad input or a failed start: one clear line, not a traceback
+        log.error("%s: %s", type(err).__name__, err)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
