@@ -13,38 +13,11 @@ import torch
 from harness_rl.engine.adapters import AdapterRegistry
 from harness_rl.engine.client import EngineClient, EngineError
 from harness_rl.engine.server import EngineStartError, VLLMServer
-from harness_rl.models.fetch import ensure_model
-from harness_rl.models.registry import EMBEDDED_MODELS
 
 pytestmark = pytest.mark.slow
 
 BASE = "smollm2-135m"
 MESSAGES = [{"role": "user", "content": "Write one short sentence about cats."}]
-
-
-# TODO(lead): move to tests/conftest.py as the session-wide engine fixture.
-@pytest.fixture(scope="session")
-def model_dir():
-    return ensure_model(BASE)
-
-
-@pytest.fixture(scope="session")
-def engine(model_dir, tmp_path_factory):
-    spec = EMBEDDED_MODELS[BASE]
-    server = VLLMServer(
-        str(model_dir),
-        served_model_name=BASE,
-        max_lora_rank=8,
-        max_loras=2,
-        max_model_len=2048,
-        dtype="float32",
-        tool_parser=spec.tool_parser,
-        chat_template=spec.chat_template,
-        kv_cache_gib=1,
-        log_path=tmp_path_factory.mktemp("engine") / "vllm.log",
-    )
-    with server:
-        yield server
 
 
 @pytest.fixture
@@ -126,6 +99,19 @@ def test_fp32_logprobs_match_transformers(model_dir, client):
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     with torch.no_grad():
         logits = model(torch.tensor([prompt + completion])).logits[0]
+    reference = torch.log_softmax(logits, -1)[len(prompt) - 1 : -1].gather(-1, torch.tensor(completion)[:, None])
+    assert reference[:, 0].tolist() == pytest.approx(sampled_logprobs(reply), abs=1e-3)
+
+
+def test_processed_logprobs_are_those_of_the_tempered_distribution(model_dir, client):
+    """The trainer divides logits by the sampling temperature; the engine must report the same distribution."""
+    from transformers import AutoModelForCausalLM
+
+    reply = chat(client, BASE, temperature=0.7, seed=5, max_tokens=24)
+    prompt, completion = reply["prompt_token_ids"], reply["choices"][0]["token_ids"]
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + completion])).logits[0] / 0.7
     reference = torch.log_softmax(logits, -1)[len(prompt) - 1 : -1].gather(-1, torch.tensor(completion)[:, None])
     assert reference[:, 0].tolist() == pytest.approx(sampled_logprobs(reply), abs=1e-3)
 
