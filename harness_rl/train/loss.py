@@ -1,0 +1,115 @@
+"""GRPO advantages and the clipped importance-weighted policy loss (pure functions)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+LOSS_TYPES = ("token_mean", "sequence_mean", "token_sum")
+
+
+def group_advantages(
+    rewards: Sequence[float | None], *, scale_by_std: bool = True, eps: float = 1e-4
+) -> list[float | None]:
+    """GRPO advantages of one group: reward minus the mean of the group's scorable rewards.
+
+    Args:
+        rewards: One reward per rollout; None marks an unscorable rollout (e.g. its verifier crashed), which
+            gets a None advantage and takes no part in the mean or std.
+        scale_by_std: Divide by the (sample, ``n - 1``) standard deviation of the scorable rewards plus ``eps``,
+            as in the GRPO paper; False gives Dr. GRPO's unscaled advantages.
+        eps: Added to the std.
+
+    Returns:
+        One advantage per rollout. A group whose scorable rewards are all equal (or with a single scorable
+        rollout) has nothing to learn from and gets exact zeros.
+    """
+    scored = [float(r) for r in rewards if r is not None]
+    if any(not math.isfinite(r) for r in scored):
+        raise ValueError(f"rewards must be finite or None, got {list(rewards)}")
+    if not scored:
+        return [None] * len(rewards)
+    mean = sum(scored) / len(scored)
+    spread = max(scored) - min(scored)
+    std = math.sqrt(sum((r - mean) ** 2 for r in scored) / (len(scored) - 1)) if len(scored) > 1 else 0.0
+    scale = (std + eps) if scale_by_std else 1.0
+    return [None if r is None else (0.0 if spread == 0 else (float(r) - mean) / scale) for r in rewards]
+
+
+def grpo_loss(
+    new_logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    loss_type: str = "token_mean",
+    segment_id: torch.Tensor | None = None,
+    normalizer: float | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clipped importance-weighted policy-gradient loss over loss terms (one per trained token).
+
+    Per token: ``r = exp(new - old)``, ``loss = -min(r * A, clip(r, 1 - clip_low, 1 + clip_high) * A)``
+    (asymmetric "clip-higher" bounds as in DAPO).
+
+    Args:
+        new_logprobs: ``[M]`` log-probs under the current policy (differentiable).
+        old_logprobs: ``[M]`` log-probs recorded by the sampler.
+        advantages: ``[M]`` advantage of each token's sample.
+        clip_low: Lower clip epsilon.
+        clip_high: Upper clip epsilon.
+        loss_type: ``"token_mean"`` (sum over tokens / ``normalizer`` or M), ``"sequence_mean"`` (mean over
+            each sample's tokens, then over samples; needs ``segment_id``), or ``"token_sum"``.
+        segment_id: ``[M]`` sample index of each token (``pack()``'s ``segment_id``).
+        normalizer: For ``token_mean``, the denominator to use instead of M, e.g. the number of trained
+            tokens of the whole optimizer step when it spans several micro-batches.
+
+    Returns:
+        ``(loss, stats)`` with stats ``tokens``, ``ratio_mean``, ``approx_kl`` (``(r - 1) - log r``, k3),
+        ``clip_fraction``, ``clip_low_fraction``, ``clip_high_fraction`` (fraction of tokens whose gradient the
+        clip removed) as floats.
+    """
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+    if not new_logprobs.shape == old_logprobs.shape == advantages.shape:
+        raise ValueError(
+            f"shape mismatch: new {tuple(new_logprobs.shape)}, old {tuple(old_logprobs.shape)}, "
+            f"advantages {tuple(advantages.shape)}"
+        )
+    old_logprobs = old_logprobs.to(new_logprobs)
+    advantages = advantages.to(new_logprobs)
+    log_ratio = new_logprobs - old_logprobs
+    ratio = torch.exp(log_ratio)
+    clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
+    per_token = -torch.min(ratio * advantages, clipped * advantages)
+
+    n = per_token.numel()
+    if loss_type == "token_sum":
+        loss = per_token.sum()
+    elif loss_type == "token_mean":
+        loss = per_token.sum() / (normalizer if normalizer is not None else max(n, 1))
+    else:
+        if segment_id is None:
+            raise ValueError("loss_type='sequence_mean' needs segment_id")
+        segment_id = segment_id.to(per_token.device)
+        n_seq = int(segment_id.max()) + 1 if n else 0
+        sums = per_token.new_zeros(n_seq).index_add(0, segment_id, per_token)
+        counts = per_token.new_zeros(n_seq).index_add(0, segment_id, torch.ones_like(per_token))
+        present = counts > 0
+        loss = (sums[present] / counts[present]).mean() if n else per_token.sum()
+
+    with torch.no_grad():
+        low = (ratio < 1 - clip_low) & (advantages < 0)
+        high = (ratio > 1 + clip_high) & (advantages > 0)
+        denom = max(n, 1)
+        stats = {
+            "tokens": float(n),
+            "ratio_mean": float(ratio.sum() / denom),
+            "approx_kl": float(((ratio - 1) - log_ratio).sum() / denom),
+            "clip_fraction": float((low | high).sum() / denom),
+            "clip_low_fraction": float(low.sum() / denom),
+            "clip_high_fraction": float(high.sum() / denom),
+        }
+    return loss, stats

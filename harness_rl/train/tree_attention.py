@@ -1,0 +1,327 @@
+"""Portable tree attention: prefix-tree packed rows attended in pure PyTorch (CPU and GPU).
+
+A packed row (`trl.experimental.async_grpo.packing.TreeRow.pack()`) lays a prefix trie of samples out in DFS
+pre-order: a token shared by several samples is forwarded once. Every packed token must attend to exactly the
+K/V of its root-to-node path (its ancestors and itself), which is what each sample saw when it was sampled.
+TRL computes that with a FlashAttention-3 varlen kernel (GPU only); this module computes the same thing with
+`torch.nn.functional.scaled_dot_product_attention`, so packing works on a laptop, in CI, and as a reference on
+GPU.
+
+Two equivalent strategies, picked per call:
+
+- ``dense``: one SDPA over the whole row with an ``[N, N]`` boolean ancestor mask. Few kernel launches; wastes
+  work on masked cross-branch pairs and needs ``N * N`` bytes, so it is for short rows.
+- ``segments``: one SDPA per trie segment against the K/V gathered along its path (the varlen layout of
+  ``tree_kv_index`` / ``tree_cu_seqlens_*``). Does only the work of the tree; one launch per segment.
+
+How transformers reaches this function: ``LlamaForCausalLM.forward(**kwargs)`` passes every extra keyword down
+(``TransformersKwargs``) through the decoder layers to ``attention_interface(module, query, key, value,
+attention_mask, dropout=..., scaling=..., sliding_window=..., **kwargs)``, where the interface is looked up by
+``config._attn_implementation`` at *forward* time. So the tree tensors travel as plain model kwargs
+(``tree_kv_index=...``), and the mask function registered under the same name returns ``None`` so no ``[N, N]``
+causal mask is built for a packed row.
+
+Hybrid short-conv models (LFM2's ``conv`` layers) cannot use tree packing: their convolution mixes neighbouring
+tokens in *packed* order, so a branch would see the tail of its sibling. Attention-only models are fine.
+:func:`check_tree_packing_supported` says which; the trainer falls back to right-padded batches
+(:func:`harness_rl.train.logprobs.padded_token_logprobs`) for the others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface
+
+TREE_ATTENTION = "tree_sdpa"
+"""Name under which the tree attention is registered in transformers' attention and mask interfaces."""
+
+TREE_KWARG_NAMES = (
+    "tree_kv_index",
+    "tree_cu_seqlens_q",
+    "tree_cu_seqlens_k",
+    "tree_max_seqlen_q",
+    "tree_max_seqlen_k",
+)
+
+DENSE_MAX_TOKENS = 1024
+"""Rows up to this many packed tokens use the dense ancestor mask in ``mode="auto"`` (measured with
+``python -m harness_rl.train.bench``: below it, fewer launches win; above it, the tree's sparsity wins)."""
+
+_ATTENTION_LAYER_TYPES = {"full_attention", "sliding_attention"}
+
+
+def tree_kwargs(packed: dict[str, torch.Tensor], device: torch.device | str | None = None) -> dict[str, Any]:
+    """The attention keyword arguments of one packed row, as the model forward expects them.
+
+    Args:
+        packed: Output of ``TreeRow.pack()``.
+        device: Where the index tensors go (the model's device).
+
+    Returns:
+        ``tree_kv_index``, ``tree_cu_seqlens_q``, ``tree_cu_seqlens_k`` (tensors) and ``tree_max_seqlen_q``,
+        ``tree_max_seqlen_k`` (ints), the same names TRL's FA3 tree attention takes.
+    """
+    max_q, max_k = (int(x) for x in packed["tree_max_seqlens"].tolist())
+    return {
+        "tree_kv_index": packed["tree_kv_index"].to(device),
+        "tree_cu_seqlens_q": packed["tree_cu_seqlens_q"].to(device),
+        "tree_cu_seqlens_k": packed["tree_cu_seqlens_k"].to(device),
+        "tree_max_seqlen_q": max_q,
+        "tree_max_seqlen_k": max_k,
+    }
+
+
+def tree_ancestor_mask(
+    tree_kv_index: torch.Tensor,
+    tree_cu_seqlens_q: torch.Tensor,
+    tree_cu_seqlens_k: torch.Tensor,
+    sliding_window: int | None = None,
+) -> torch.Tensor:
+    """Boolean ``[N, N]`` mask: ``mask[i, j]`` is True when packed token ``j`` is on token ``i``'s path.
+
+    DFS pre-order puts every ancestor before its descendants, so a query in segment ``s`` sees exactly the keys
+    of ``s``'s root-to-segment path that are not after it in packed order.
+
+    Args:
+        tree_kv_index: Packed positions of every segment's path, laid end to end.
+        tree_cu_seqlens_q: Segment boundaries in the row (``S + 1``).
+        tree_cu_seqlens_k: Path boundaries in ``tree_kv_index`` (``S + 1``).
+        sliding_window: If set, a token also only sees keys less than this many positions above it.
+    """
+    device = tree_kv_index.device
+    cu_q = tree_cu_seqlens_q.to(device=device, dtype=torch.long)
+    cu_k = tree_cu_seqlens_k.to(device=device, dtype=torch.long)
+    n_tokens, n_segments = int(cu_q[-1]), cu_q.numel() - 1
+    path_lengths = cu_k.diff()
+    entry_segment = torch.repeat_interleave(torch.arange(n_segments, device=device), path_lengths)
+    on_path = torch.zeros(n_segments, n_tokens, dtype=torch.bool, device=device)
+    on_path[entry_segment, tree_kv_index] = True
+    query_segment = torch.repeat_interleave(torch.arange(n_segments, device=device), cu_q.diff())
+    positions = torch.arange(n_tokens, device=device)
+    mask = on_path[query_segment] & (positions[None, :] <= positions[:, None])
+    if sliding_window:
+        # A token's depth is its index along any path through it.
+        depth = torch.empty(n_tokens, dtype=torch.long, device=device)
+        depth[tree_kv_index] = torch.arange(tree_kv_index.numel(), device=device) - cu_k[entry_segment]
+        mask &= (depth[:, None] - depth[None, :]) < sliding_window
+    return mask
+
+
+def _attend(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    *,
+    scaling: float | None,
+    dropout: float,
+    softcap: float | None,
+) -> torch.Tensor:
+    """SDPA over ``[B, H, Lq, D]`` x ``[B, H, L, D]`` with a boolean mask (None = causal, Lq == L)."""
+    if not softcap:
+        return F.scaled_dot_product_attention(
+            query, key, value, attn_mask=mask, dropout_p=dropout, is_causal=mask is None, scale=scaling
+        )
+    # SDPA has no logit soft-capping (Gemma 2); spell the math out.
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    scores = softcap * torch.tanh(query @ key.transpose(-1, -2) * scale / softcap)
+    if mask is None:
+        mask = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).tril()
+    probs = scores.float().masked_fill(~mask, float("-inf")).softmax(-1).to(value.dtype)
+    return F.dropout(probs, p=dropout) @ value
+
+
+def _segment_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    tree_kv_index: torch.Tensor,
+    tree_cu_seqlens_q: torch.Tensor,
+    tree_cu_seqlens_k: torch.Tensor,
+    **attend: Any,
+) -> torch.Tensor:
+    """Varlen loop: each segment's queries against the K/V gathered along its root-to-segment path."""
+    sliding_window = attend.pop("sliding_window")
+    outputs = []
+    cu_q, cu_k = tree_cu_seqlens_q.tolist(), tree_cu_seqlens_k.tolist()
+    for segment in range(len(cu_q) - 1):
+        q_start, q_end, k_start, k_end = cu_q[segment], cu_q[segment + 1], cu_k[segment], cu_k[segment + 1]
+        path = tree_kv_index[k_start:k_end]
+        n_q, n_k = q_end - q_start, k_end - k_start
+        mask = None
+        if n_q != n_k or sliding_window:
+            # Causal aligned bottom-right: the segment is the tail of its path.
+            offset = torch.arange(n_k, device=query.device)[None, :] - torch.arange(n_q, device=query.device)[:, None]
+            mask = offset <= n_k - n_q
+            if sliding_window:
+                mask &= offset > n_k - n_q - sliding_window
+        outputs.append(
+            _attend(
+                query[:, :, q_start:q_end],
+                key.index_select(2, path),
+                value.index_select(2, path),
+                mask,
+                **attend,
+            )
+        )
+    return torch.cat(outputs, dim=2)
+
+
+def tree_sdpa_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    *,
+    tree_kv_index: torch.Tensor | None = None,
+    tree_cu_seqlens_q: torch.Tensor | None = None,
+    tree_cu_seqlens_k: torch.Tensor | None = None,
+    tree_max_seqlen_q: int | None = None,
+    tree_max_seqlen_k: int | None = None,
+    tree_attention_mode: str = "auto",
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Attention function for transformers' ``AttentionInterface`` (signature of ``sdpa_attention_forward``).
+
+    Args:
+        module: The attention layer (``num_key_value_groups`` and ``training`` are read from it).
+        query: ``[1, H, N, D]`` for a packed row.
+        key: ``[1, H_kv, N, D]``.
+        value: ``[1, H_kv, N, D]``.
+        attention_mask: Ignored for a packed row (the registered mask function returns None).
+        tree_kv_index: See :func:`tree_kwargs`. Without it (a plain forward of unpacked or right-padded
+            sequences) this is ordinary causal SDPA, so a model switched to tree attention still scores
+            single sequences correctly.
+        tree_cu_seqlens_q: Segment boundaries in the row.
+        tree_cu_seqlens_k: Path boundaries in ``tree_kv_index``.
+        tree_max_seqlen_q: Unused (the FA3 kernel's sizing hint), accepted for TRL compatibility.
+        tree_max_seqlen_k: Unused, as above.
+        tree_attention_mode: ``"dense"``, ``"segments"`` or ``"auto"`` (dense up to ``DENSE_MAX_TOKENS``).
+        dropout: Attention dropout probability, applied in training mode only.
+        scaling: Softmax scale (``head_dim ** -0.5`` when None).
+        sliding_window: Window of sliding-attention layers, counted in path positions (depth).
+        softcap: Attention logit soft-capping.
+        **kwargs: Everything else the model forwards (``position_ids``, ...), ignored.
+
+    Returns:
+        ``([1, N, H, D] attention output, None)``.
+    """
+    if kwargs.get("s_aux") is not None:
+        raise NotImplementedError("tree attention does not support attention sinks (s_aux)")
+    if tree_kv_index is None:
+        return sdpa_attention_forward(
+            module,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=dropout,
+            scaling=scaling,
+            sliding_window=sliding_window,
+            softcap=softcap,
+            **kwargs,
+        )
+    if query.shape[0] != 1:
+        raise ValueError(f"a packed tree row has batch size 1, got query of shape {tuple(query.shape)}")
+    groups = getattr(module, "num_key_value_groups", 1)
+    if groups > 1:
+        # Masked SDPA with enable_gqa falls back to the math kernel on CUDA; repeating is the portable choice.
+        key, value = repeat_kv(key, groups), repeat_kv(value, groups)
+    attend = {
+        "scaling": scaling,
+        "dropout": dropout if module.training else 0.0,
+        "softcap": softcap,
+    }
+    n_tokens = query.shape[2]
+    if tree_attention_mode == "auto":
+        tree_attention_mode = "dense" if n_tokens <= DENSE_MAX_TOKENS else "segments"
+    if tree_attention_mode == "dense":
+        mask = tree_ancestor_mask(tree_kv_index, tree_cu_seqlens_q, tree_cu_seqlens_k, sliding_window)
+        out = _attend(query, key, value, mask[None, None], **attend)
+    elif tree_attention_mode == "segments":
+        out = _segment_attention(
+            query,
+            key,
+            value,
+            tree_kv_index,
+            tree_cu_seqlens_q,
+            tree_cu_seqlens_k,
+            sliding_window=sliding_window,
+            **attend,
+        )
+    else:
+        raise ValueError(f"tree_attention_mode must be 'auto', 'dense' or 'segments', got {tree_attention_mode!r}")
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register_tree_attention() -> None:
+    """Register :func:`tree_sdpa_attention` as ``"tree_sdpa"`` (idempotent)."""
+    AttentionInterface.register(TREE_ATTENTION, tree_sdpa_attention)
+    # No [N, N] mask for a packed row: the attention function builds what it needs from the tree tensors.
+    AttentionMaskInterface.register(TREE_ATTENTION, lambda *args, **kwargs: None)
+
+
+def unwrap_peft(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model under a PEFT wrapper (or the model itself)."""
+    get_base_model = getattr(model, "get_base_model", None)
+    return get_base_model() if callable(get_base_model) else model
+
+
+def check_tree_packing_supported(model: torch.nn.Module) -> None:
+    """Raise ValueError when the model cannot be trained on tree-packed rows.
+
+    Recurrent or convolutional layers (LFM2's ``conv``) scan the row in packed order and would mix branches;
+    attention sinks are not implemented here. Such models use padded batches instead.
+    """
+    config = unwrap_peft(model).config
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    other_layers = set(getattr(text_config, "layer_types", None) or []) - _ATTENTION_LAYER_TYPES
+    if other_layers:
+        raise ValueError(
+            f"{type(unwrap_peft(model)).__name__} has {sorted(other_layers)} layers, which mix tokens in packed "
+            "order; tree packing is only valid for attention-only models. Use padded batches."
+        )
+    if any(name.endswith(".sinks") for name, _ in model.named_parameters()):
+        raise ValueError("tree attention does not support attention sinks; use padded batches")
+
+
+def uses_tree_attention(model: torch.nn.Module) -> bool:
+    """Whether the model currently dispatches attention to the tree implementation."""
+    return unwrap_peft(model).config._attn_implementation == TREE_ATTENTION
+
+
+def enable_tree_attention(model: torch.nn.Module) -> None:
+    """Check the model and switch it (in place, PEFT wrapper or not) to tree attention.
+
+    Switch once and keep it: the implementation is looked up at forward time, so a gradient-checkpointing
+    recompute during backward must find the same one that ran forward.
+    """
+    check_tree_packing_supported(model)
+    register_tree_attention()
+    unwrap_peft(model).set_attn_implementation(TREE_ATTENTION)
+
+
+@contextlib.contextmanager
+def attention_implementation(model: torch.nn.Module, name: str) -> Iterator[None]:
+    """Temporarily run the model with another attention implementation (tests, references)."""
+    if name == TREE_ATTENTION:
+        register_tree_attention()
+    base = unwrap_peft(model)
+    previous = base.config._attn_implementation
+    base.set_attn_implementation(name)
+    try:
+        yield
+    finally:
+        base.set_attn_implementation(previous)
