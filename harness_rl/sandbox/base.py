@@ -1,0 +1,112 @@
+"""Where a harness process runs: the Sandbox protocol, the per-rollout folder layout and the run result."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class SandboxLayout:
+    """The folders one sandboxed process may see and write.
+
+    Attributes:
+        workspace: The task workspace; the process's working directory, writable.
+        home: The per-rollout HOME, writable.
+        tmp: The per-rollout temporary folder, writable (mounted at /tmp when isolated).
+        writable: Further writable folders (e.g. where the harness writes its trajectory).
+        hidden: Folders replaced by an empty tmpfs before the writable folders are bound, so that the
+            process sees neither other rollouts nor verifier files nor the run folder. Writable folders
+            inside a hidden folder stay visible (they are bound on top of the tmpfs).
+        readonly: Folders the process needs read-only even if they lie under /tmp or a hidden folder
+            (e.g. the harness's venv when the tools folder is under /tmp in tests).
+    """
+
+    workspace: Path
+    home: Path
+    tmp: Path
+    writable: tuple[Path, ...] = ()
+    hidden: tuple[Path, ...] = ()
+    readonly: tuple[Path, ...] = ()
+
+    @classmethod
+    def for_rollout(
+        cls, rollout_dir: Path, workspace: Path | None = None, readonly: tuple[Path, ...] = ()
+    ) -> SandboxLayout:
+        """The standard layout of one rollout folder.
+
+        ``rollout_dir/{workspace,home,tmp,harness}``; ``harness/`` is writable for the harness's own
+        output (trajectory, config dir). The whole rollout folder is hidden, so files the rollout worker
+        keeps there (verifier output, logs, the session trace) are invisible to the process.
+
+        Args:
+            rollout_dir: The rollout's private folder.
+            workspace: The task workspace if it is not ``rollout_dir/workspace``.
+            readonly: See the class attribute.
+        """
+        rollout_dir = rollout_dir.resolve()
+        return cls(
+            workspace=(workspace or rollout_dir / "workspace").resolve(),
+            home=rollout_dir / "home",
+            tmp=rollout_dir / "tmp",
+            writable=(rollout_dir / "harness",),
+            hidden=(rollout_dir,),
+            readonly=tuple(Path(p).resolve() for p in readonly),
+        )
+
+    def create(self) -> None:
+        """Create every writable folder (called before the process starts)."""
+        for path in (self.workspace, self.home, self.tmp, *self.writable):
+            path.mkdir(parents=True, exist_ok=True)
+
+
+@dataclass
+class ProcessResult:
+    """How a sandboxed process ended.
+
+    Attributes:
+        returncode: Exit status (negative: killed by that signal).
+        timed_out: True when the wall-clock limit was reached and the process tree was killed.
+        seconds: Wall-clock seconds from start to exit.
+        isolation: "bwrap" or "none".
+        killed_pids: PIDs of leftover processes of this run that had to be killed.
+    """
+
+    returncode: int
+    timed_out: bool
+    seconds: float
+    isolation: str
+    killed_pids: list[int] = field(default_factory=list)
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """Runs one process (a harness and everything it spawns) under isolation and resource caps."""
+
+    @property
+    def isolation(self) -> str:
+        """The isolation in effect ("bwrap", "none", ...); read when the rollout is recorded."""
+        ...
+
+    def command(self, argv: Sequence[str], layout: SandboxLayout) -> list[str]:
+        """The full command line that runs ``argv`` in the sandbox; called by ``run`` and by tests."""
+        ...
+
+    def run(
+        self,
+        argv: Sequence[str],
+        layout: SandboxLayout,
+        *,
+        env: Mapping[str, str],
+        timeout_s: float,
+        stdout: IO[bytes] | None = None,
+        stderr: IO[bytes] | None = None,
+    ) -> ProcessResult:
+        """Run ``argv`` to completion or until ``timeout_s``; called once per rollout by the harness.
+
+        stdin is /dev/null. At the limit the whole process tree is killed (SIGTERM, then SIGKILL) and no
+        process started by this call survives the return.
+        """
+        ...
