@@ -36,6 +36,9 @@ def main(cfg: DictConfig) -> float | None:
     except USER_ERRORS as err:  # bad input or a failed start: one clear line, not a traceback
         log.error("%s: %s", type(err).__name__, err)
         sys.exit(1)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: every process the run started has been stopped by now
+        log.warning("interrupted; all processes this run started were stopped")
+        sys.exit(130)
 
 
 if __name__ == "__main__":

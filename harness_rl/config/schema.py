@@ -9,10 +9,14 @@ the YAML files (one place only); the schema only fixes names and types.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
+
+#: The checkout this package lives in (``conf/``, ``tools/`` and ``runs/`` sit here by default).
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 #: Harnesses the project knows. A name outside this list fails at composition (see validators.py).
 KNOWN_HARNESSES = ("pi", "opencode", "hermes", "claude_code", "codex", "mini_swe_agent")
@@ -22,8 +26,6 @@ KNOWN_HARNESSES = ("pi", "opencode", "hermes", "claude_code", "codex", "mini_swe
 class PathsConfig:
     root_dir: str = MISSING
     runs_dir: str = MISSING
-    cache_dir: str = MISSING
-    tools_dir: str = MISSING
 
 
 @dataclass
@@ -162,3 +164,5 @@ def register_configs() -> None:
     cs.store(name="train_schema", node=TrainConfig)
     if not OmegaConf.has_resolver("harness_mix_name"):
         OmegaConf.register_new_resolver("harness_mix_name", _harness_mix_name)
+    if not OmegaConf.has_resolver("project_root"):
+        OmegaConf.register_new_resolver("project_root", lambda: str(PROJECT_ROOT))

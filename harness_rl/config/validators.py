@@ -20,9 +20,7 @@ class ConfigError(ValueError):
 def validate_known_harnesses(cfg: DictConfig) -> None:
     unknown = [name for name in cfg.harness.mix if name not in KNOWN_HARNESSES]
     if unknown:
-        raise ConfigError(
-            f"harness.mix names unknown harness(es) {unknown}; known: {list(KNOWN_HARNESSES)}"
-        )
+        raise ConfigError(f"harness.mix names unknown harness(es) {unknown}; known: {list(KNOWN_HARNESSES)}")
     if len(set(cfg.harness.mix)) != len(cfg.harness.mix):
         raise ConfigError(f"harness.mix lists a harness twice: {list(cfg.harness.mix)}")
 

@@ -16,6 +16,39 @@ from harness_rl.rollout.session import RolloutSettings
 from harness_rl.rollout.worker import TaskSampler
 
 
+def build_engine(cfg: DictConfig, model_path: str, *, log_path: Path | None) -> Any:
+    """The vLLM server for ``cfg`` (not started): LoRA on, adapter slots for every trainer's window."""
+    from harness_rl.config.validators import required_adapter_slots
+    from harness_rl.engine.server import VLLMServer, detect_device
+    from harness_rl.models.registry import EMBEDDED_MODELS
+
+    device = {"auto": "auto", "cpu": "cpu", "gpu": "cuda"}[cfg.engine.backend]
+    device = detect_device() if device == "auto" else device
+    dtype = cfg.engine.dtype
+    if dtype == "auto":
+        # float32 on CPU: engine and trainer log-probs then agree to ~1e-5 (bf16 on CPU: ~1e-1).
+        dtype = "float32" if device == "cpu" else "bfloat16"
+    embedded = EMBEDDED_MODELS.get(cfg.model.path)
+    return VLLMServer(
+        model_path,
+        served_model_name=cfg.model.name,
+        host=cfg.engine.host,
+        port=cfg.engine.port or None,
+        max_lora_rank=cfg.engine.max_lora_rank,
+        max_loras=cfg.engine.max_loras or required_adapter_slots(cfg),
+        max_model_len=cfg.model.max_model_len,
+        dtype=dtype,
+        tool_parser=cfg.model.tool_parser,
+        chat_template=embedded.chat_template if embedded else None,
+        kv_cache_gib=cfg.engine.kv_cache_gib,
+        logprobs_mode=cfg.engine.logprobs_mode,
+        extra_args=list(cfg.engine.extra_args),
+        log_path=log_path,
+        startup_timeout_s=cfg.engine.startup_timeout_s,
+        device=device,
+    )
+
+
 def build_harness(name: str, cfg: DictConfig, sandbox: Any) -> Harness:
     """The harness named ``name`` running in ``sandbox``, with its options from the ``harness`` group."""
     from harness_rl.harnesses import HARNESSES
@@ -35,8 +68,7 @@ def check_harnesses_installed(harnesses: dict[str, Harness]) -> None:
     for harness in harnesses.values():
         if not harness.is_installed():
             raise HarnessNotInstalledError(
-                f"harness {harness.name} is not installed; run: python -m harness_rl.harnesses install "
-                f"{harness.name}"
+                f"harness {harness.name} is not installed; run: python -m harness_rl.harnesses install {harness.name}"
             )
 
 

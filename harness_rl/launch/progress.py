@@ -27,8 +27,7 @@ class TrainingProgress:
             transient=False,
         )
         self._tasks = {
-            name: self._progress.add_task("", total=max_steps, harness=name, status="starting")
-            for name in harnesses
+            name: self._progress.add_task("", total=max_steps, harness=name, status="starting") for name in harnesses
         }
         self._rollouts = dict.fromkeys(harnesses, 0)
         self._solved = dict.fromkeys(harnesses, 0)
@@ -55,10 +54,7 @@ class TrainingProgress:
 
     def waiting(self, name: str, taken: int, wanted: int) -> None:
         with self._lock:
-            text = (
-                f"collecting groups {taken}/{wanted} | rollouts {self._rollouts[name]} "
-                f"solved {self._solved[name]}"
-            )
+            text = f"collecting groups {taken}/{wanted} | rollouts {self._rollouts[name]} solved {self._solved[name]}"
         self._progress.update(self._tasks[name], status=text)
 
     def training(self, name: str) -> None:

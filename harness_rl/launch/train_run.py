@@ -16,8 +16,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from harness_rl.config.validators import required_adapter_slots
 from harness_rl.launch.components import (
+    build_engine,
     build_harness,
     build_task_sampler,
     check_harnesses_installed,
@@ -47,7 +47,6 @@ def run_training(cfg: DictConfig) -> float:
 def _run(cfg: DictConfig, stack: ExitStack) -> float:
     from harness_rl.engine.adapters import AdapterRegistry
     from harness_rl.engine.client import EngineClient
-    from harness_rl.engine.server import VLLMServer
     from harness_rl.models.fetch import resolve_model_path
     from harness_rl.proxy.server import ProxyServer
     from harness_rl.rollout.proxy_admin import ProxyAdmin
@@ -60,10 +59,7 @@ def _run(cfg: DictConfig, stack: ExitStack) -> float:
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    sandbox = LocalSandbox(
-        address_space_bytes=int(cfg.budget.memory_limit_gib * (1 << 30)), hidden_paths=(run_dir,)
-    )
-    stack.callback(sandbox.terminate_all)
+    sandbox = LocalSandbox(address_space_bytes=int(cfg.budget.memory_limit_gib * (1 << 30)), hidden_paths=(run_dir,))
     harnesses = {name: build_harness(name, cfg, sandbox) for name in cfg.harness.mix}
     check_harnesses_installed(harnesses)
     model_path = resolve_model_path(cfg.model.path)
@@ -82,24 +78,7 @@ def _run(cfg: DictConfig, stack: ExitStack) -> float:
     rollout_log = JsonlSink(run_dir / "rollouts.jsonl")
     stack.callback(rollout_log.close)
 
-    slots = cfg.engine.max_loras or required_adapter_slots(cfg)
-    engine = VLLMServer(
-        model_path,
-        served_model_name=cfg.model.name,
-        host=cfg.engine.host,
-        port=cfg.engine.port or None,
-        max_lora_rank=cfg.engine.max_lora_rank,
-        max_loras=slots,
-        max_model_len=cfg.model.max_model_len,
-        dtype=_engine_dtype(cfg),
-        tool_parser=cfg.model.tool_parser,
-        kv_cache_gib=cfg.engine.kv_cache_gib,
-        logprobs_mode=cfg.engine.logprobs_mode,
-        extra_args=list(cfg.engine.extra_args),
-        log_path=run_dir / "engine.log",
-        startup_timeout_s=cfg.engine.startup_timeout_s,
-        device=_engine_device(cfg),
-    )
+    engine = build_engine(cfg, model_path, log_path=run_dir / "engine.log")
     stack.callback(engine.stop)
     with TrainingProgress.status(f"starting vLLM ({engine.device}) on {cfg.model.name}"):
         engine.start()
@@ -123,6 +102,20 @@ def _run(cfg: DictConfig, stack: ExitStack) -> float:
 
     trainers: dict[str, PolicyTrainer] = {}
     workers: dict[str, RolloutWorker] = {}
+
+    def stop_rollouts() -> None:
+        # Order matters: no new groups, then kill the harness processes in flight, then wait for their
+        # groups to unwind (they still reach the proxy, which is stopped only after this).
+        for w in workers.values():
+            w.request_stop()
+        stopped = sandbox.terminate_all()
+        if stopped:
+            log.info("stopped %d harness run(s) in flight", len(stopped))
+        for w in workers.values():
+            w.join()
+
+    stack.callback(stop_rollouts)
+
     for index, (name, harness) in enumerate(harnesses.items()):
         with TrainingProgress.status(f"loading trainer for {name}"):
             trainer = PolicyTrainer(
@@ -153,13 +146,12 @@ def _run(cfg: DictConfig, stack: ExitStack) -> float:
             scale_rewards=cfg.trainer.scale_rewards,
             on_rollout=on_rollout,
         )
-        stack.callback(worker.stop)
         workers[name] = worker.start()
 
     last_reward = 0.0
     for step in range(1, cfg.trainer.max_steps + 1):
-        # One harness after another: on one node the trainers share the CPU/GPU; on a cluster each
-        # harness's trainer runs as its own job (launcher=slurm) and this loop has a single entry.
+        # One harness after another: on one node the trainers share the CPU/GPU (a cluster launcher
+        # would give each harness's trainer its own job, and this loop a single entry).
         for name, trainer in trainers.items():
             t0 = time.perf_counter()
             groups = collect_groups(workers[name], cfg, progress, name)
@@ -172,8 +164,6 @@ def _run(cfg: DictConfig, stack: ExitStack) -> float:
             metrics.log({f"{name}/{k}": v for k, v in step_metrics.items()} | {"harness": name}, step=step)
             progress.step_done(name, step_metrics)
             last_reward = step_metrics["reward/mean"]
-    for worker in workers.values():
-        worker.stop()
     log.info("finished %d steps; run folder %s", cfg.trainer.max_steps, run_dir)
     return last_reward
 
@@ -204,18 +194,3 @@ def collect_groups(worker: Any, cfg: DictConfig, progress: TrainingProgress, nam
             skipped.append(group)
         progress.waiting(name, len(taken), wanted)
     return taken
-
-
-def _engine_device(cfg: DictConfig) -> str:
-    return {"auto": "auto", "cpu": "cpu", "gpu": "cuda"}[cfg.engine.backend]
-
-
-def _engine_dtype(cfg: DictConfig) -> str:
-    """``auto``: float32 on CPU (engine and trainer log-probs then agree to ~1e-5), bfloat16 on GPU."""
-    if cfg.engine.dtype != "auto":
-        return cfg.engine.dtype
-    from harness_rl.engine.server import detect_device
-
-    device = _engine_device(cfg)
-    device = detect_device() if device == "auto" else device
-    return "float32" if device == "cpu" else "bfloat16"

@@ -76,9 +76,7 @@ def _parse_sampling(raw: Any) -> SamplingPolicy:
         raise BadField("sampling", "must be an object or null")
     unknown = sorted(set(raw) - _SAMPLING_FIELDS)
     if unknown:
-        raise BadField(
-            f"sampling.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(_SAMPLING_FIELDS))})"
-        )
+        raise BadField(f"sampling.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(_SAMPLING_FIELDS))})")
     temperature, top_p, max_tokens = raw.get("temperature"), raw.get("top_p"), raw.get("max_tokens")
     if temperature is not None and (not _is_number(temperature) or temperature < 0):
         raise BadField("sampling.temperature", "must be a number >= 0")
@@ -106,9 +104,7 @@ def admin_routes(sessions: SessionStore, admin_token: str) -> list[Route]:
 
     def authorized(request: Request) -> bool:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and secrets.compare_digest(
-            token.strip().encode(), admin_token.encode()
-        )
+        return scheme.lower() == "bearer" and secrets.compare_digest(token.strip().encode(), admin_token.encode())
 
     def unauthorized() -> JSONResponse:
         return _error(401, "Missing or wrong admin token.", type_="authentication_error")

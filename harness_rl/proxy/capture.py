@@ -122,6 +122,5 @@ class CallCapture:
         if len(self.completion_logprobs) != len(self.completion_token_ids):
             raise CaptureError(
                 "logprobs_mismatch",
-                f"{len(self.completion_token_ids)} completion token ids but "
-                f"{len(self.completion_logprobs)} log-probs",
+                f"{len(self.completion_token_ids)} completion token ids but {len(self.completion_logprobs)} log-probs",
             )

@@ -38,8 +38,7 @@ class Reply:
 def render_assistant(text: str, tool_calls: list[tuple[str, dict[str, Any]]]) -> str:
     """The text a model emits for a reply (Hermes-style tool-call tags)."""
     calls = "".join(
-        "<tool_call>" + json.dumps({"name": n, "arguments": a}, sort_keys=True) + "</tool_call>"
-        for n, a in tool_calls
+        "<tool_call>" + json.dumps({"name": n, "arguments": a}, sort_keys=True) + "</tool_call>" for n, a in tool_calls
     )
     return text + calls
 

@@ -153,9 +153,7 @@ class RolloutGraph:
             if not budget_exhausted:
                 prompt = np.asarray(node.prompt_token_ids, dtype=np.int64)
                 node.parent = self._find_parent(prompt)
-                self._index_node(
-                    node.id, np.concatenate([prompt, np.asarray(node.completion_token_ids, np.int64)])
-                )
+                self._index_node(node.id, np.concatenate([prompt, np.asarray(node.completion_token_ids, np.int64)]))
             self._nodes.append(node)
             return node
 

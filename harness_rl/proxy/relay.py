@@ -121,9 +121,7 @@ class Relay:
             data = resp.json()
         except ValueError:
             session.record_failure("upstream_error", "engine sent a non-JSON reply", status=resp.status_code)
-            return _error_response(
-                dialect, ProxyError(502, "upstream_error", "Engine sent a non-JSON reply.")
-            )
+            return _error_response(dialect, ProxyError(502, "upstream_error", "Engine sent a non-JSON reply."))
         self._record(session, dialect, CallCapture.from_response(data), model, t_start, dropped)
         return JSONResponse(dialect.encode_response(data, req))
 
@@ -182,9 +180,7 @@ class Relay:
                 error = "engine stream ended without [DONE]"
             if error is not None:
                 n_tokens = len(capture.completion_token_ids or [])
-                session.record_failure(
-                    "upstream_stream_error", error, t_start=t_start, completion_tokens=n_tokens
-                )
+                session.record_failure("upstream_stream_error", error, t_start=t_start, completion_tokens=n_tokens)
                 for event in encoder.on_error(error):
                     yield event
                 return
@@ -283,9 +279,7 @@ def _upstream_refused(session: Session, dialect: Dialect, status: int, content: 
     session.record_failure("upstream_error", message, status=status)
     # The engine's 4xx (e.g. prompt longer than the context) is the client's problem; its 5xx is ours.
     client_status = status if 400 <= status < 500 else 502
-    return _error_response(
-        dialect, ProxyError(client_status, "upstream_error", f"Engine error {status}: {message}")
-    )
+    return _error_response(dialect, ProxyError(client_status, "upstream_error", f"Engine error {status}: {message}"))
 
 
 def _budget_completion(model: str, text: str) -> dict[str, Any]:
@@ -313,7 +307,5 @@ def _budget_chunks(model: str, text: str) -> list[dict[str, Any]]:
         ({}, "stop"),
     ]
     chunks = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": f}]} for d, f in deltas]
-    chunks.append(
-        {**base, "choices": [], "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
-    )
+    chunks.append({**base, "choices": [], "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
     return chunks

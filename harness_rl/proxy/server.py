@@ -18,9 +18,7 @@ class UvicornThread:
         url: http://host:port once started.
     """
 
-    def __init__(
-        self, app: Any, *, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"
-    ) -> None:
+    def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> None:
         self.app = app
         self.host = host
         self.port = port

@@ -21,9 +21,7 @@ class ProxyAdmin:
 
     def __init__(self, url: str, token: str, timeout_s: float = 60.0):
         self.url = url.rstrip("/")
-        self._client = httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s
-        )
+        self._client = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s)
 
     def create_session(
         self,

@@ -99,12 +99,15 @@ class RolloutWorker:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
-        """Stop launching groups; groups in flight finish (their harnesses are bounded by the wall clock)."""
+    def request_stop(self) -> None:
+        """Launch no more groups; groups in flight go on until their harnesses end (or are killed)."""
         self._stop.set()
-        self._thread.join(timeout=5)
-        self._groups.shutdown(wait=False, cancel_futures=True)
-        self._sessions.shutdown(wait=False, cancel_futures=True)
+
+    def join(self, timeout_s: float = 60.0) -> None:
+        """Wait for the groups in flight to finish (after their harness processes were stopped)."""
+        self._thread.join(timeout=timeout_s)
+        self._groups.shutdown(wait=True, cancel_futures=True)
+        self._sessions.shutdown(wait=True, cancel_futures=True)
 
     @property
     def stopped(self) -> bool:
@@ -125,8 +128,11 @@ class RolloutWorker:
             group = self.run_group(group_id, task)
             if group is not None:
                 self.groups.put(group)
-        except BaseException as err:  # surfaced to the trainer loop, which stops the run
-            log.exception("group %d failed", group_id)
+        except BaseException as err:
+            if self._stop.is_set():  # the run is shutting down: a group cut short is expected
+                log.info("group %d discarded at shutdown: %s", group_id, err)
+                return
+            log.exception("group %d failed", group_id)  # surfaced to the trainer loop, which stops the run
             self.errors.append(err)
             self._stop.set()
         finally:

@@ -21,8 +21,9 @@ class Metrics:
             sink.close()
 
 
-def build_metrics(run_dir: Path, *, wandb_enabled: bool, wandb_mode: str, project: str, name: str,
-                  config: dict[str, Any]) -> Metrics:
+def build_metrics(
+    run_dir: Path, *, wandb_enabled: bool, wandb_mode: str, project: str, name: str, config: dict[str, Any]
+) -> Metrics:
     from harness_rl.tracking.jsonl import JsonlSink
 
     sinks: list[Any] = [JsonlSink(Path(run_dir) / "metrics.jsonl")]

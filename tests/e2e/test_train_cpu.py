@@ -54,7 +54,9 @@ def processes_mentioning(marker: str) -> list[psutil.Process]:
 def train_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("e2e") / "run"
     name = f"e2e-{uuid.uuid4().hex[:8]}"
-    done = run_train(f"run_dir={run_dir}", f"model.name={name}", f"trainer.max_steps={STEPS}", "logger.wandb.mode=offline")
+    done = run_train(
+        f"run_dir={run_dir}", f"model.name={name}", f"trainer.max_steps={STEPS}", "logger.wandb.mode=offline"
+    )
     print(done.stdout[-5000:], done.stderr[-8000:])
     assert done.returncode == 0, done.stderr[-8000:]
     return run_dir, name

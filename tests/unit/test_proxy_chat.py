@@ -56,9 +56,7 @@ def stack(servers):
                 status=engine.status,
             )
             engine.requests = engine_singleton.requests  # the test reads what the engine received
-        admin = httpx.Client(
-            base_url=target.url, headers={"Authorization": f"Bearer {ADMIN}"}, trust_env=False
-        )
+        admin = httpx.Client(base_url=target.url, headers={"Authorization": f"Bearer {ADMIN}"}, trust_env=False)
         clients.append(admin)
         return target, admin
 
@@ -125,9 +123,7 @@ def test_non_streaming_reply_and_capture(stack):
     assert node["completion_token_ids"] == ids
     assert node["completion_logprobs"] == pytest.approx(logprobs)
     assert node["dropped_params"] == ["presence_penalty", "top_k"]  # min_p=0 changes nothing
-    assert (
-        node["finish_reason"] == "stop" and node["model"] == "base-model" and node["dialect"] == "openai_chat"
-    )
+    assert node["finish_reason"] == "stop" and node["model"] == "base-model" and node["dialect"] == "openai_chat"
     assert node["usage"]["completion_tokens"] == len(ids) and node["budget_exhausted"] is False
     (seq,) = t["sequences"]
     assert seq["input_ids"] == node["prompt_token_ids"] + ids
@@ -148,9 +144,7 @@ def test_streaming_relays_incrementally_and_captures(stack):
     start = time.monotonic()
     arrivals, text, usage = [], "", None
     for chunk in stream:
-        assert "token_ids" not in (chunk.model_extra or {}) and "prompt_token_ids" not in (
-            chunk.model_extra or {}
-        )
+        assert "token_ids" not in (chunk.model_extra or {}) and "prompt_token_ids" not in (chunk.model_extra or {})
         if chunk.choices and chunk.choices[0].delta.content:
             arrivals.append(time.monotonic() - start)
             text += chunk.choices[0].delta.content
@@ -181,23 +175,17 @@ def test_stream_without_usage_request_gets_no_usage_chunk(stack):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_two_turn_tool_call_round_trip_links_nodes(stack, stream):
-    engine = FakeEngine(
-        [Reply(tool_calls=[("bash", {"command": "echo hello > out.txt"})]), Reply(text="Done.")]
-    )
+    engine = FakeEngine([Reply(tool_calls=[("bash", {"command": "echo hello > out.txt"})]), Reply(text="Done.")])
     proxy, admin = stack(engine)
     key = new_session(admin)
     client = sdk(proxy, key)
 
     def call(messages):
         if not stream:
-            choice = client.chat.completions.create(model="m", messages=messages, tools=[BASH_TOOL]).choices[
-                0
-            ]
+            choice = client.chat.completions.create(model="m", messages=messages, tools=[BASH_TOOL]).choices[0]
             return choice.message.content, [tc.model_dump() for tc in choice.message.tool_calls or []]
         text, calls = "", {}
-        for chunk in client.chat.completions.create(
-            model="m", messages=messages, tools=[BASH_TOOL], stream=True
-        ):
+        for chunk in client.chat.completions.create(model="m", messages=messages, tools=[BASH_TOOL], stream=True):
             delta = chunk.choices[0].delta if chunk.choices else None
             text += (delta and delta.content) or ""
             for tc in (delta and delta.tool_calls) or []:
@@ -245,9 +233,7 @@ def test_malformed_json_and_bad_fields_are_400(stack):
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     resp = httpx.post(proxy.url + "/v1/chat/completions", content=b"{nope", headers=headers, trust_env=False)
     assert resp.status_code == 400 and resp.json()["error"]["type"] == "invalid_request_error"
-    resp = httpx.post(
-        proxy.url + "/v1/chat/completions", json={"messages": []}, headers=headers, trust_env=False
-    )
+    resp = httpx.post(proxy.url + "/v1/chat/completions", json={"messages": []}, headers=headers, trust_env=False)
     assert resp.status_code == 400 and resp.json()["error"]["param"] == "messages"
     with pytest.raises(openai.BadRequestError):
         sdk(proxy, key).chat.completions.create(model="m", messages=MESSAGES, n=2)
@@ -261,15 +247,11 @@ def test_budget_exhaustion_answers_without_engine(stack, stream):
     client = sdk(proxy, key)
     client.chat.completions.create(model="m", messages=MESSAGES, tools=[BASH_TOOL])
     if stream:
-        chunks = list(
-            client.chat.completions.create(model="m", messages=MESSAGES, tools=[BASH_TOOL], stream=True)
-        )
+        chunks = list(client.chat.completions.create(model="m", messages=MESSAGES, tools=[BASH_TOOL], stream=True))
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
     else:
-        message = (
-            client.chat.completions.create(model="m", messages=MESSAGES, tools=[BASH_TOOL]).choices[0].message
-        )
+        message = client.chat.completions.create(model="m", messages=MESSAGES, tools=[BASH_TOOL]).choices[0].message
         text = message.content
         assert not message.tool_calls
     assert "budget exhausted" in text.lower()

@@ -101,9 +101,7 @@ class OpenAIChat(Dialect):
         if req.options.get("hide_reasoning"):
             for part in ("message", "delta"):
                 if isinstance(out.get(part), dict):
-                    out[part] = {
-                        k: v for k, v in out[part].items() if k not in ("reasoning", "reasoning_content")
-                    }
+                    out[part] = {k: v for k, v in out[part].items() if k not in ("reasoning", "reasoning_content")}
         return out
 
     def stream_encoder(self, req: DecodedRequest) -> _ChatStreamEncoder:
@@ -134,10 +132,7 @@ class _ChatStreamEncoder:
             out.pop("usage", None)
         # vLLM sends a chunk for every sampled step, even while its tool parser holds text back; without
         # the token ids such a chunk says nothing to the client.
-        if all(
-            not c.get("delta") and not c.get("finish_reason") and not c.get("logprobs")
-            for c in out["choices"]
-        ):
+        if all(not c.get("delta") and not c.get("finish_reason") and not c.get("logprobs") for c in out["choices"]):
             return []
         return [sse(out)]
 
