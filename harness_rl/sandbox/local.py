@@ -142,6 +142,10 @@ class LocalSandbox:
         # /tmp first: rollout folders may live under /tmp (tests), and a later bind of /tmp would cover
         # the tmpfs and binds below.
         args += ["--bind", str(layout.tmp), "/tmp"]
+        # The private /tmp hides whatever lives under the host's /tmp; a checkout cloned there (CI) still
+        # needs its package files (harness configs) and interpreter, so put those back read-only.
+        for path in _parents_first({p for p in _host_paths_needed() if _is_under(p, Path("/tmp"))}):
+            args += ["--ro-bind", str(path), str(path)]
         for path in _parents_first({*layout.hidden, *self.hidden_paths}):
             args += ["--tmpfs", str(path)]
         for path in _parents_first(set(layout.readonly)):
@@ -259,6 +263,16 @@ def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Pro
         if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(0.05)
+
+
+def _host_paths_needed() -> set[Path]:
+    """The project checkout and the running interpreter's prefix (both needed inside every sandbox)."""
+    project_root = Path(__file__).resolve().parents[2]
+    return {project_root, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+
+
+def _is_under(path: Path, parent: Path) -> bool:
+    return path == parent or parent in path.parents
 
 
 def _parents_first(paths: set[Path]) -> list[Path]:
