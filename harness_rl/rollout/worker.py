@@ -138,12 +138,21 @@ class RolloutWorker:
         finally:
             self._slots.release()
 
+    def _pin_latest_adapter(self) -> str:
+        """Acquire the harness's newest adapter version (retrying if it is retired in between)."""
+        for _ in range(10):
+            adapter = self.registry.latest(self.harness.name)
+            if adapter is None:
+                raise RuntimeError(f"no adapter published for harness {self.harness.name}")
+            try:
+                return self.registry.acquire(adapter)
+            except KeyError:  # retired between latest() and acquire(): a newer one is live now
+                continue
+        raise RuntimeError(f"could not pin a live adapter version of {self.harness.name}")
+
     def run_group(self, group_id: int, task: Task) -> ScoredGroup | None:
         """Run ``num_generations`` rollouts of ``task`` on the latest adapter version and score them."""
-        adapter = self.registry.latest(self.harness.name)
-        if adapter is None:
-            raise RuntimeError(f"no adapter published for harness {self.harness.name}")
-        self.registry.acquire(adapter)
+        adapter = self._pin_latest_adapter()
         try:
             version = int(adapter.rsplit("-v", 1)[1])
             group_dir = self.run_dir / "rollouts" / self.harness.name / f"g{group_id:05d}"

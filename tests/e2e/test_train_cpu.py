@@ -143,3 +143,33 @@ def test_missing_model_gives_one_clear_error(tmp_path):
     assert done.returncode == 1
     errors = error_lines(done)
     assert errors and "/no/such/model" in errors[0], done.stdout[-3000:]
+
+
+def test_ctrl_c_mid_run_stops_every_process(tmp_path):
+    """Ctrl-C while rollouts are in flight: the run exits and leaves no engine, harness or sandbox behind."""
+    import signal
+    import time
+
+    run_dir = tmp_path / "run"
+    name = f"e2e-int-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen(
+        [sys.executable, "train.py", f"run_dir={run_dir}", f"model.name={name}", "logger=none"],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        # Wait until harness sessions are running (their rollout folders exist).
+        while not list(run_dir.glob("rollouts/mini_swe_agent/g*/r*/harness")) and time.monotonic() < deadline:
+            assert proc.poll() is None, "train.py exited before any rollout started"
+            time.sleep(1)
+        assert processes_mentioning(name), "the engine should be running"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert processes_mentioning(name) == []
+    assert processes_mentioning(str(run_dir)) == []  # no harness or bwrap of this run is left

@@ -17,6 +17,7 @@ from harness_rl.envs import lay_out_workspace, verify
 from harness_rl.envs.smoke import smoke_task
 from harness_rl.harnesses import HarnessNotInstalledError, MiniSweAgent
 from harness_rl.harnesses.install import STAMP_NAME, venv_dir
+from tests.processes import DescendantWatcher
 
 pytestmark = [pytest.mark.slow, pytest.mark.harness]
 
@@ -74,39 +75,6 @@ class FakeUpstream:
         self._release.set()
         self.server.shutdown()
         self.server.server_close()
-
-
-class DescendantWatcher:
-    """Records every descendant PID of this test process while a run is in flight."""
-
-    def __init__(self) -> None:
-        self.pids: set[int] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    def _poll(self) -> None:
-        me = psutil.Process()
-        while not self._stop.is_set():
-            self.pids.update(p.pid for p in me.children(recursive=True))
-            time.sleep(0.05)
-
-    def __enter__(self) -> DescendantWatcher:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def alive(self) -> list[int]:
-        out = []
-        for pid in self.pids:
-            try:
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    out.append(pid)
-            except psutil.NoSuchProcess:
-                pass
-        return out
 
 
 @pytest.fixture(scope="module")
@@ -196,6 +164,8 @@ def test_runaway_command_output_is_capped_and_killed_at_the_limit(mini, tmp_path
             while not done.is_set():
                 total = 0
                 for p in psutil.Process().children(recursive=True):
+                    if p.pid in watcher.preexisting:  # e.g. the session's vLLM engine
+                        continue
                     try:
                         total += p.memory_info().rss
                     except psutil.Error:
@@ -209,7 +179,10 @@ def test_runaway_command_output_is_capped_and_killed_at_the_limit(mini, tmp_path
                            timeout_s=20, rollout_dir=tmp_path)  # fmt: skip
         done.set()
         sampler.join()
-    assert outcome.exit_kind in ("timeout", "submitted")
+    # How mini itself ends depends on where the MemoryError hits (a stalled thread -> our timeout; a
+    # failed request carrying the huge output -> its own error exit); what must hold is the bound on
+    # time and memory, and that nothing survives.
+    assert outcome.exit_kind in ("timeout", "submitted", "error")
     assert outcome.seconds < 20 + 10
     assert peak < mini.sandbox.address_space_bytes + (512 << 20)
     assert watcher.alive() == []

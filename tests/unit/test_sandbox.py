@@ -11,10 +11,10 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from harness_rl.sandbox import LocalSandbox, SandboxLayout, base_env, bwrap_usable
+from tests.processes import DescendantWatcher
 
 MODES = [
     pytest.param(False, id="plain"),
@@ -24,40 +24,6 @@ MODES = [
         marks=pytest.mark.skipif(not bwrap_usable(), reason="bwrap missing or unusable (apt-get install bubblewrap)"),
     ),
 ]
-
-
-class DescendantWatcher:
-    """Records the PIDs of every descendant of this test process while a sandboxed run is in flight."""
-
-    def __init__(self) -> None:
-        self.pids: set[int] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    def _poll(self) -> None:
-        me = psutil.Process()
-        while not self._stop.is_set():
-            for p in me.children(recursive=True):
-                self.pids.add(p.pid)
-            time.sleep(0.05)
-
-    def __enter__(self) -> DescendantWatcher:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def alive(self) -> list[int]:
-        out = []
-        for pid in self.pids:
-            try:
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    out.append(pid)
-            except psutil.NoSuchProcess:
-                pass
-        return out
 
 
 def test_command_construction_without_bwrap(tmp_path):
