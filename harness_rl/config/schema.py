@@ -51,6 +51,7 @@ class EngineConfig:
     startup_timeout_s: float = 600.0
     logprobs_mode: str = "processed_logprobs"
     extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -83,6 +84,7 @@ class TrainerConfig:
     checkpoint_every: int = 10
     packing: str = "auto"
     train_dtype: str = "float32"
+    num_threads: int | None = None
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 
@@ -93,6 +95,7 @@ class BudgetConfig:
     session_timeout_s: float = 1200.0
     verifier_timeout_s: float = 60.0
     memory_limit_gib: float = 8.0
+    niceness: int = 10
 
 
 @dataclass

@@ -46,6 +46,7 @@ def build_engine(cfg: DictConfig, model_path: str, *, log_path: Path | None) -> 
         log_path=log_path,
         startup_timeout_s=cfg.engine.startup_timeout_s,
         device=device,
+        env=dict(cfg.engine.env),
     )
 
 

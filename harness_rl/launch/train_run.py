@@ -59,7 +59,11 @@ def _run(cfg: DictConfig, stack: ExitStack) -> float:
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    sandbox = LocalSandbox(address_space_bytes=int(cfg.budget.memory_limit_gib * (1 << 30)), hidden_paths=(run_dir,))
+    sandbox = LocalSandbox(
+        address_space_bytes=int(cfg.budget.memory_limit_gib * (1 << 30)),
+        hidden_paths=(run_dir,),
+        niceness=cfg.budget.niceness,
+    )
     harnesses = {name: build_harness(name, cfg, sandbox) for name in cfg.harness.mix}
     check_harnesses_installed(harnesses)
     model_path = resolve_model_path(cfg.model.path)

@@ -99,6 +99,9 @@ class LocalSandbox:
         hidden_paths: Folders every run must not see besides the layout's own hidden ones (e.g. the run
             folder, task sources, verifier files). Ignored without bwrap.
         kill_grace_s: Seconds between SIGTERM and SIGKILL when a run is stopped.
+        niceness: Scheduling niceness of the run (``nice -n``). On a machine the engine and the trainer
+            share with the harnesses, a positive value keeps harness start-up (Python imports, Node) from
+            starving the optimizer step; 0 leaves the priority alone.
     """
 
     def __init__(
@@ -108,6 +111,7 @@ class LocalSandbox:
         use_bwrap: bool | None = None,
         hidden_paths: Sequence[Path] = (),
         kill_grace_s: float = 3.0,
+        niceness: int = 0,
     ) -> None:
         if use_bwrap and not bwrap_usable():
             raise RuntimeError("use_bwrap=True but bwrap is missing or unusable (apt-get install -y bubblewrap)")
@@ -115,6 +119,7 @@ class LocalSandbox:
         self.address_space_bytes = address_space_bytes
         self.hidden_paths = tuple(Path(p).resolve() for p in hidden_paths)
         self.kill_grace_s = kill_grace_s
+        self.niceness = niceness
         # Runs in flight (from any thread), so a shutdown can stop them at once instead of waiting for
         # their wall-clock limits.
         self._live: dict[str, subprocess.Popen] = {}
@@ -127,7 +132,7 @@ class LocalSandbox:
 
     def command(self, argv: Sequence[str], layout: SandboxLayout) -> list[str]:
         """The full command line: address-space cap, then bwrap (if used), then ``argv``."""
-        cmd: list[str] = []
+        cmd: list[str] = ["nice", "-n", str(self.niceness)] if self.niceness else []
         if self.address_space_bytes is not None:
             if shutil.which("prlimit"):
                 cmd += ["prlimit", f"--as={self.address_space_bytes}", "--"]

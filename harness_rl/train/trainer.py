@@ -60,6 +60,8 @@ class PolicyTrainer:
         self.version = 0
         self.step = 0
         torch.manual_seed(seed)
+        if trainer_cfg.get("num_threads"):
+            torch.set_num_threads(trainer_cfg.num_threads)
         dtype = getattr(torch, trainer_cfg.train_dtype)
         base = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
         lora = LoraConfig(

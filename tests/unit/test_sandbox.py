@@ -35,6 +35,13 @@ def test_command_construction_without_bwrap(tmp_path):
     assert LocalSandbox(use_bwrap=False, address_space_bytes=None).command(["a"], layout) == ["a"]
 
 
+def test_niceness_prefixes_the_command(tmp_path):
+    layout = SandboxLayout.for_rollout(tmp_path / "r")
+    cmd = LocalSandbox(use_bwrap=False, niceness=10).command(["true"], layout)
+    assert cmd[:3] == ["nice", "-n", "10"] and cmd[-1] == "true"
+    assert LocalSandbox(use_bwrap=False).command(["true"], layout)[0] != "nice"
+
+
 def test_bwrap_command_layout_order(tmp_path, monkeypatch):
     import harness_rl.sandbox.local as local
 
