@@ -27,6 +27,7 @@ from harness_rl.proxy.dialects.anthropic_messages import (
 from harness_rl.proxy.dialects.openai_chat import OpenAIChat
 from harness_rl.proxy.fake_engine import FakeEngine, Reply, render_prompt
 from harness_rl.proxy.server import ProxyServer, UvicornThread
+from tests.proxy_helpers import new_session, trace
 
 ADMIN = "admin-secret"
 CAPTURES = Path("/work/shared/reference/captures/claude-code")
@@ -67,22 +68,10 @@ def stack(servers):
         client.close()
 
 
-def new_session(admin, **spec):
-    resp = admin.post("/admin/sessions", json={"adapter": None, "purpose": "train", "max_requests": 10, **spec})
-    assert resp.status_code == 201, resp.text
-    return resp.json()["key"]
-
-
 def sdk(proxy, key):
     return anthropic.Anthropic(
         base_url=proxy.url, api_key=key, max_retries=0, http_client=anthropic.DefaultHttpxClient(trust_env=False)
     )
-
-
-def trace(admin, key):
-    resp = admin.get(f"/admin/sessions/{key}/trace")
-    assert resp.status_code == 200, resp.text
-    return resp.json()
 
 
 def parse_sse(text):

@@ -10,6 +10,7 @@ import pytest
 
 from harness_rl.proxy.fake_engine import END, FakeEngine, Reply, render_prompt, token_logprob, tokenize_text
 from harness_rl.proxy.server import ProxyServer, UvicornThread
+from tests.proxy_helpers import trace
 
 ADMIN = "admin-secret"
 BASH_TOOL = {
@@ -78,12 +79,6 @@ def sdk(proxy, key):
     return openai.OpenAI(
         base_url=proxy.url + "/v1", api_key=key, max_retries=0, http_client=httpx.Client(trust_env=False)
     )
-
-
-def trace(admin, key):
-    resp = admin.get(f"/admin/sessions/{key}/trace")
-    assert resp.status_code == 200, resp.text
-    return resp.json()
 
 
 def expected_completion(text):

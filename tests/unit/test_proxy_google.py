@@ -15,6 +15,7 @@ from harness_rl.proxy.dialects.openai_chat import OpenAIChat
 from harness_rl.proxy.errors import ProxyError
 from harness_rl.proxy.fake_engine import END, FakeEngine, Reply, render_prompt, tokenize_text
 from harness_rl.proxy.server import ProxyServer, UvicornThread
+from tests.proxy_helpers import trace
 
 ADMIN = "admin-secret"
 BASH_DECL = {
@@ -58,12 +59,6 @@ def stack(servers):
 def client(proxy, key, version="v1"):
     options = types.HttpOptions(base_url=proxy.url, api_version=version)
     return genai.Client(api_key=key, http_options=options)
-
-
-def trace(admin, key):
-    resp = admin.get(f"/admin/sessions/{key}/trace")
-    assert resp.status_code == 200, resp.text
-    return resp.json()
 
 
 def test_text_reply_and_request_normalization(stack):

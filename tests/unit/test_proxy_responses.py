@@ -16,6 +16,7 @@ from harness_rl.proxy.dialects.openai_chat import OpenAIChat
 from harness_rl.proxy.dialects.openai_responses import OpenAIResponses
 from harness_rl.proxy.fake_engine import FakeEngine, Reply, render_prompt
 from harness_rl.proxy.server import ProxyServer, UvicornThread
+from tests.proxy_helpers import new_session, trace
 
 ADMIN = "admin-secret"
 CAPTURES = Path("/work/shared/reference/captures/codex")
@@ -52,22 +53,10 @@ def stack(servers):
     return start
 
 
-def new_session(admin, **spec):
-    resp = admin.post("/admin/sessions", json={"adapter": None, "purpose": "train", "max_requests": 10, **spec})
-    assert resp.status_code == 201, resp.text
-    return resp.json()["key"]
-
-
 def sdk(proxy, key):
     return openai.OpenAI(
         base_url=proxy.url + "/v1", api_key=key, max_retries=0, http_client=httpx.Client(trust_env=False)
     )
-
-
-def trace(admin, key):
-    resp = admin.get(f"/admin/sessions/{key}/trace")
-    assert resp.status_code == 200, resp.text
-    return resp.json()
 
 
 def sse_events(text):
