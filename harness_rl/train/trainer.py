@@ -20,7 +20,7 @@ from harness_rl.rollout.group import ScoredGroup
 from harness_rl.train.checkpoint import save_adapter_atomically, save_checkpoint
 from harness_rl.train.logprobs import packed_token_logprobs, padded_token_logprobs
 from harness_rl.train.loss import grpo_loss
-from harness_rl.train.packing import pack_stats, pad_samples, plan_micro_batches
+from harness_rl.train.packing import pack_stats, pad_samples, plan_rows, split_micro_batches
 from harness_rl.train.tree_attention import enable_tree_attention
 
 log = logging.getLogger(__name__)
@@ -134,8 +134,8 @@ class PolicyTrainer:
         totals = {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0}
         diffs_on_policy: list[torch.Tensor] = []
         if samples and trained_tokens:
-            micro_batches = self._micro_batches(samples)
-            metrics.update({f"pack/{k}": v for k, v in self._pack_stats(samples).items()})
+            micro_batches, packing = self._micro_batches(samples)
+            metrics.update({f"pack/{k}": v for k, v in packing.items()})
             for batch in micro_batches:
                 new, old, adv, seg, batch_samples = self._forward(batch)
                 loss, stats = grpo_loss(
@@ -181,19 +181,14 @@ class PolicyTrainer:
 
     # -- helpers ----------------------------------------------------------------------------------------
 
-    def _micro_batches(self, samples: list[dict[str, Any]]) -> list[Any]:
+    def _micro_batches(self, samples: list[dict[str, Any]]) -> tuple[list[Any], dict[str, float]]:
+        """The step's micro-batches (tree rows, or sample lists for padded batches) and packing stats."""
         if self.packing == "tree":
-            return plan_micro_batches(samples, self.cfg.token_budget, self.cfg.grad_accum)
+            rows = plan_rows(samples, self.cfg.token_budget)
+            return split_micro_batches(rows, self.cfg.grad_accum), pack_stats(rows)
         # Padded path: split samples evenly; each micro-batch is one padded batch.
         n = max(1, min(self.cfg.grad_accum, len(samples)))
-        return [samples[i::n] for i in range(n)]
-
-    def _pack_stats(self, samples: list[dict[str, Any]]) -> dict[str, float]:
-        if self.packing != "tree":
-            return {"raw_tokens": sum(len(s["input_ids"]) for s in samples)}
-        from harness_rl.train.packing import plan_rows
-
-        return pack_stats(plan_rows(samples, self.cfg.token_budget))
+        return [samples[i::n] for i in range(n)], {"raw_tokens": sum(len(s["input_ids"]) for s in samples)}
 
     def _forward(self, batch: list[Any]):
         """Log-probs of a micro-batch's trained tokens, plus the matching old log-probs and advantages."""
