@@ -1,7 +1,8 @@
 """Admin API: the rollout worker registers sessions and collects their traces.
 
-    POST   /admin/sessions              {"adapter", "purpose", "max_requests", "sampling"} -> {"key": ...}
-    GET    /admin/sessions/{key}/trace  -> trace JSON
+    POST   /admin/sessions              {"adapter", "purpose", "max_requests", "sampling", "key", "client_model"}
+                                        -> {"key": ...}
+    GET    /admin/sessions/{key}/trace  -> trace JSON (`?format=jsonl`: the JSONL export, see proxy/export.py)
     DELETE /admin/sessions/{key}        -> trace JSON; the key stops working
 
 Every route needs `Authorization: Bearer <admin token>`.
@@ -18,9 +19,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from harness_rl.proxy.export import trace_to_jsonl
 from harness_rl.proxy.sessions import PURPOSES, SamplingPolicy, SessionStore
 
-_SESSION_FIELDS = {"adapter", "purpose", "max_requests", "sampling", "key"}
+_SESSION_FIELDS = {"adapter", "purpose", "max_requests", "sampling", "key", "client_model"}
 _SAMPLING_FIELDS = {"temperature", "max_tokens", "top_p"}
 
 
@@ -60,8 +62,12 @@ def parse_session_spec(body: Any) -> dict[str, Any]:
     key = body.get("key")
     if key is not None and (not isinstance(key, str) or not key or any(c.isspace() for c in key)):
         raise BadField("key", "must be a non-empty string without whitespace")
+    client_model = body.get("client_model")
+    if client_model is not None and (not isinstance(client_model, str) or not client_model):
+        raise BadField("client_model", "must be a non-empty string or null (the harness's configured model id)")
     return {
         "adapter": adapter,
+        "client_model": client_model,
         "purpose": body["purpose"],
         "max_requests": max_requests,
         "sampling": _parse_sampling(body.get("sampling")),
@@ -129,6 +135,12 @@ def admin_routes(sessions: SessionStore, admin_token: str) -> list[Route]:
         session = sessions.get(request.path_params["key"])
         if session is None:
             return _error(404, "No such session.", type_="not_found")
+        fmt = request.query_params.get("format", "json")
+        if fmt == "jsonl":
+            return Response(trace_to_jsonl(session.trace()), media_type="application/x-ndjson")
+        if fmt != "json":
+            message = f"Unknown format {fmt!r} (json or jsonl)."
+            return _error(400, message, type_="invalid_request_error", param="format")
         return JSONResponse(session.trace())
 
     async def end_session(request: Request) -> Response:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Sequence
 
 import httpx
@@ -12,7 +13,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from harness_rl.proxy.admin import admin_routes
+from harness_rl.proxy.detect import detect
 from harness_rl.proxy.dialects import Dialect, default_dialects
+from harness_rl.proxy.models_api import ContextLength, models_routes
 from harness_rl.proxy.relay import BUDGET_MESSAGE, Relay
 from harness_rl.proxy.sessions import SessionStore
 from harness_rl.proxy.upstream import DEFAULT_TIMEOUT, Upstream
@@ -31,6 +34,7 @@ def create_app(
     upstream_timeout: httpx.Timeout = DEFAULT_TIMEOUT,
     upstream_transport: httpx.AsyncBaseTransport | None = None,
     sessions: SessionStore | None = None,
+    context_length: int | None = None,
 ) -> Starlette:
     """Builds the proxy app. It binds no port; see harness_rl.proxy.server for the runner.
 
@@ -44,6 +48,7 @@ def create_app(
         upstream_timeout: httpx timeouts for engine calls.
         upstream_transport: custom httpx transport for the engine (tests).
         sessions: an existing store to share (default: a fresh one, exposed as app.state.sessions).
+        context_length: the engine's context length for the model listings (default: ask the engine once).
 
     Raises:
         ValueError: if admin_token or base_model is empty.
@@ -62,10 +67,18 @@ def create_app(
         budget_message=budget_message,
     )
 
-    routes = [Route("/health", _health, methods=["GET"]), *admin_routes(sessions, admin_token)]
-    for dialect in dialects if dialects is not None else default_dialects():
+    dialects = list(dialects if dialects is not None else default_dialects())
+    routes = [
+        Route("/health", _health, methods=["GET"]),
+        *admin_routes(sessions, admin_token),
+        *models_routes(sessions, base_model, ContextLength(upstream, context_length)),
+    ]
+    for dialect in dialects:
         for path, methods in dialect.routes:
             routes.append(Route(path, _dialect_endpoint(relay, dialect), methods=list(methods)))
+    # Last: any other path, served by the dialect its path, headers or body give away (proxy/detect.py).
+    catch_all = _detecting_endpoint(relay, {d.name: d for d in dialects}, max_body_bytes)
+    routes.append(Route("/{path:path}", catch_all, methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -84,6 +97,60 @@ def _dialect_endpoint(relay: Relay, dialect: Dialect):
 
     endpoint.__name__ = f"{dialect.name}_endpoint"
     return endpoint
+
+
+def _detecting_endpoint(relay: Relay, dialects: dict[str, Dialect], max_body_bytes: int):
+    async def endpoint(request: Request) -> Response:
+        if request.method != "POST":
+            return _unknown_endpoint(request, "only POST model calls are served here", status=404)
+        try:
+            raw = await _read_limited(request, max_body_bytes)
+        except ValueError as exc:
+            return _unknown_endpoint(request, str(exc), status=413)
+        try:
+            body = json.loads(raw) if raw else None
+        except (ValueError, UnicodeDecodeError):
+            body = None  # the detected dialect's decoder reports malformed JSON in its own shape
+        found = detect(request.url.path, request.headers, request.query_params, body)
+        if found is None or found.dialect not in dialects:
+            return _unknown_endpoint(request, "cannot tell the wire dialect from the path, headers or body")
+        # Replays the body already read, and hands the codec the path parameters its own route would have.
+        scope = {**request.scope, "path_params": found.path_params}
+        return await relay.handle(Request(scope, receive=_replay(raw)), dialects[found.dialect])
+
+    return endpoint
+
+
+async def _read_limited(request: Request, limit: int) -> bytes:
+    raw = bytearray()
+    async for part in request.stream():
+        raw += part
+        if len(raw) > limit:
+            raise ValueError(f"Request body over {limit} bytes.")
+    return bytes(raw)
+
+
+def _replay(raw: bytes):
+    sent = False
+
+    async def receive() -> dict:
+        nonlocal sent
+        if sent:  # the body was delivered; what remains is waiting for the client to go away
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    return receive
+
+
+def _unknown_endpoint(request: Request, reason: str, *, status: int = 400) -> Response:
+    message = (
+        f"Unknown dialect for {request.method} {request.url.path}: {reason}. The proxy serves POST "
+        "/v1/chat/completions, /v1/responses, /v1/messages and /{version}/models/{model}:generateContent "
+        "(or :streamGenerateContent)."
+    )
+    error = {"message": message, "type": "invalid_request_error", "param": None, "code": "unknown_dialect"}
+    return JSONResponse({"error": error}, status_code=status)
 
 
 async def _health(request: Request) -> Response:

@@ -81,6 +81,7 @@ class FakeEngine:
     Args:
         replies: replies to give in order; when exhausted, replies echo "ok".
         model: the served model name.
+        max_model_len: the context length its /v1/models card reports.
         chunk_delay_s: pause between streamed chunks (to observe incremental relaying).
         omit_token_ids: behave like an engine that ignores return_token_ids.
         fail_after_chunks: when streaming, drop the connection after this many chunks.
@@ -92,12 +93,14 @@ class FakeEngine:
         replies: list[Reply] | None = None,
         *,
         model: str = "base-model",
+        max_model_len: int = 8192,
         chunk_delay_s: float = 0.0,
         omit_token_ids: bool = False,
         fail_after_chunks: int | None = None,
         status: int | None = None,
     ) -> None:
         self.model = model
+        self.max_model_len = max_model_len
         self.reset(
             replies,
             chunk_delay_s=chunk_delay_s,
@@ -105,7 +108,12 @@ class FakeEngine:
             fail_after_chunks=fail_after_chunks,
             status=status,
         )
-        self.app = Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"])])
+        self.app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+            ]
+        )
 
     def reset(
         self,
@@ -124,6 +132,10 @@ class FakeEngine:
         self.status = status
         self.requests: list[dict[str, Any]] = []
         return self
+
+    async def _models(self, request: Request) -> Response:
+        card = {"id": self.model, "object": "model", "parent": None, "max_model_len": self.max_model_len}
+        return JSONResponse({"object": "list", "data": [card]})
 
     async def _chat(self, request: Request) -> Response:
         body = await request.json()

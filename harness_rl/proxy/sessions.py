@@ -41,6 +41,7 @@ class Session:
     purpose: Purpose
     sampling: SamplingPolicy
     max_requests: int | None
+    client_model: str | None = None
     created: float = field(default_factory=time.time)
     requests: int = 0
     failures: list[dict[str, Any]] = field(default_factory=list)
@@ -72,6 +73,7 @@ class Session:
             "adapter": self.adapter,
             "purpose": self.purpose,
             "max_requests": self.max_requests,
+            "client_model": self.client_model,
             "sampling": self.sampling.to_json(),
             "requests": requests,
             "failures": failures,
@@ -95,6 +97,7 @@ class SessionStore:
         sampling: SamplingPolicy | None = None,
         max_requests: int | None = None,
         key: str | None = None,
+        client_model: str | None = None,
     ) -> Session:
         """Registers a session under a fresh random key (or the given one).
 
@@ -112,6 +115,7 @@ class SessionStore:
                 purpose=purpose,
                 sampling=sampling or SamplingPolicy(),
                 max_requests=max_requests,
+                client_model=client_model,
             )
             self._sessions[key] = session
             return session

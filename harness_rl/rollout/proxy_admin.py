@@ -30,11 +30,18 @@ class ProxyAdmin:
         purpose: str,
         max_requests: int,
         sampling: dict[str, Any] | None = None,
+        client_model: str | None = None,
     ) -> str:
-        """Register one rollout; returns the session key the harness uses as its API key."""
+        """Register one rollout; returns the session key the harness uses as its API key.
+
+        ``client_model`` is the model id the harness is configured with; the proxy lists it (beside the served
+        adapter) on the model listing endpoints some harnesses probe.
+        """
         body: dict[str, Any] = {"adapter": adapter, "purpose": purpose, "max_requests": max_requests}
         if sampling:
             body["sampling"] = sampling
+        if client_model:
+            body["client_model"] = client_model
         return self._call("POST", "/admin/sessions", json=body)["key"]
 
     def trace(self, key: str) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any
 from harness_rl.envs.task import Task, lay_out_workspace
 from harness_rl.envs.verify import verify
 from harness_rl.harnesses.base import Harness, HarnessOutcome
+from harness_rl.proxy.export import write_trace_jsonl
 from harness_rl.rollout.proxy_admin import ProxyAdmin
 
 log = logging.getLogger(__name__)
@@ -150,7 +151,7 @@ def run_rollout(
         except Exception as err:
             unscorable = unscorable or f"trace unavailable: {err}"
     if trace is not None:
-        write_json_atomically(rollout_dir / "trace.json", trace)
+        write_trace_jsonl(rollout_dir / "trace.jsonl", trace)
     if outcome is not None:
         write_json_atomically(rollout_dir / "outcome.json", outcome.to_dict())
     if unscorable is None and outcome is not None and outcome.timed_out:

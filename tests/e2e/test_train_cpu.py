@@ -16,6 +16,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from harness_rl.proxy.export import read_trace_jsonl
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.harness]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,7 +77,7 @@ def test_run_folder_is_complete(train_run):
     run_dir, _ = train_run
     for name in ("config.yaml", "metadata.json", "metrics.jsonl", "rollouts.jsonl", "engine.log"):
         assert (run_dir / name).is_file(), name
-    assert list(run_dir.glob("rollouts/mini_swe_agent/g*/r*/trace.json"))
+    assert list(run_dir.glob("rollouts/mini_swe_agent/g*/r*/trace.jsonl"))
     assert list(run_dir.glob("checkpoints/mini_swe_agent/step_*/adapter/adapter_model.safetensors"))
     assert list(run_dir.glob("wandb/offline-run-*"))
 
@@ -97,8 +99,8 @@ def test_each_version_loaded_and_named_by_requests(train_run):
     engine_log = (run_dir / "engine.log").read_text()
     assert engine_log.count('"POST /v1/load_lora_adapter HTTP/1.1" 200') == STEPS + 1
     requested = set()
-    for trace_path in run_dir.glob("rollouts/mini_swe_agent/g*/r*/trace.json"):
-        trace = json.loads(trace_path.read_text())
+    for trace_path in run_dir.glob("rollouts/mini_swe_agent/g*/r*/trace.jsonl"):
+        trace = read_trace_jsonl(trace_path)
         requested.update(node["model"] for node in trace["nodes"] if not node["budget_exhausted"])
     for version in range(STEPS + 1):
         name = f"mini_swe_agent-v{version}"

@@ -14,6 +14,7 @@ from harness_rl.envs.reward import compute_group_rewards
 from harness_rl.envs.smoke import smoke_task
 from harness_rl.envs.task import Task
 from harness_rl.harnesses.base import HarnessOutcome
+from harness_rl.proxy.export import read_trace_jsonl
 from harness_rl.proxy.fake_engine import FakeEngine, Reply
 from harness_rl.proxy.server import ProxyServer, UvicornThread
 from harness_rl.rollout.proxy_admin import ProxyAdmin
@@ -77,7 +78,7 @@ def test_solved_rollout_is_scored_and_traced(proxy, tmp_path):
     assert result.tool_calls == 2
     assert result.trace["requests"] == 2
     assert len(result.trace["sequences"]) == 1  # the second call extends the first
-    assert (tmp_path / "r0" / "trace.json").exists()
+    assert read_trace_jsonl(tmp_path / "r0" / "trace.jsonl") == result.trace
 
 
 def test_wrong_answer_scores_zero_not_unscorable(proxy, tmp_path):
