@@ -3,6 +3,12 @@
 For training, the recorded log-probs must be those of the distribution the trainer optimizes, so nucleus
 truncation is disabled (top_p = 1.0) and every parameter that reshapes the logits is dropped; the names
 dropped are recorded on the call's node so a harness that relies on them is visible in the trace.
+
+Constrained decoding counts as reshaping: a forced tool call (`tool_choice` "required" or a named function),
+a strict tool schema or a `response_format` makes vLLM mask the logits before it computes log-probs, so a
+forced token is recorded at log-prob ~0 where the unconstrained model gives it -3.7 or -15 (measured with the
+embedded model), and the trainer's importance ratios against such values would be meaningless. Training
+sessions therefore sample such calls unconstrained (tool_choice "auto", strict off).
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ LOGIT_ALTERING_PARAMS = (
     "logits_processors",
     "use_beam_search",
 )
+# vLLM parameters that constrain decoding to a grammar or schema (dropped outright for training).
+STRUCTURED_OUTPUT_PARAMS = ("response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice",
+                            "guided_grammar", "structural_tag")  # fmt: skip
 
 
 def apply_sampling_policy(body: dict[str, Any], purpose: Purpose, policy: SamplingPolicy) -> list[str]:
@@ -41,6 +50,7 @@ def apply_sampling_policy(body: dict[str, Any], purpose: Purpose, policy: Sampli
     """
     dropped = []
     if purpose == "train":
+        dropped += _unconstrain(body)
         for name in LOGIT_ALTERING_PARAMS:
             if name in body:
                 # Explicit neutral values (e.g. top_k=-1, presence_penalty=0) are dropped too, but not
@@ -63,6 +73,39 @@ def apply_sampling_policy(body: dict[str, Any], purpose: Purpose, policy: Sampli
     if client_max is not None:
         body["max_tokens"] = client_max
     return sorted(dropped)
+
+
+def _unconstrain(body: dict[str, Any]) -> list[str]:
+    """Removes constrained decoding from a training request; returns what it changed."""
+    changed = []
+    tool_choice = body.get("tool_choice")
+    if tool_choice == "required" or isinstance(tool_choice, dict):
+        body["tool_choice"] = "auto"
+        changed.append("tool_choice")
+    tools = body.get("tools")
+    if isinstance(tools, list) and any(_is_strict(tool) for tool in tools):
+        body["tools"] = [_without_strict(tool) for tool in tools]
+        changed.append("strict")
+    for name in STRUCTURED_OUTPUT_PARAMS:
+        if name in body:
+            value = body.pop(name)
+            if value is not None and not (name == "response_format" and _is_text_format(value)):
+                changed.append(name)
+    return changed
+
+
+def _is_strict(tool: Any) -> bool:
+    return isinstance(tool, dict) and isinstance(tool.get("function"), dict) and tool["function"].get("strict") is True
+
+
+def _without_strict(tool: Any) -> Any:
+    if not _is_strict(tool):
+        return tool
+    return {**tool, "function": {k: v for k, v in tool["function"].items() if k != "strict"}}
+
+
+def _is_text_format(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("type") == "text"
 
 
 def _is_neutral(name: str, value: Any) -> bool:
