@@ -34,7 +34,7 @@ model: install
 	$(PY) -m harness_rl.models fetch smollm2-135m
 
 harnesses: install
-	$(PY) -m harness_rl.harnesses install mini_swe_agent
+	$(PY) -m harness_rl.harnesses install
 
 train: install system-deps model harnesses
 	$(PY) train.py $(ARGS)

@@ -1,12 +1,21 @@
-"""CLI: ``python -m harness_rl.harnesses install [names...]`` installs pinned harnesses (default: all)."""
+"""CLI: ``python -m harness_rl.harnesses install [names...]`` installs pinned harnesses (default: all);
+``list`` shows each harness's pin and whether it is installed."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
+import time
 
 from harness_rl.harnesses import HARNESSES
+from harness_rl.harnesses.install import NPM_TOOLS, PYTHON_TOOLS
+
+
+def pinned(name: str) -> str:
+    """The pinned requirement of a harness ("?" when install.py has no spec for it)."""
+    spec = NPM_TOOLS.get(name) or PYTHON_TOOLS.get(name)
+    return spec.requirement if spec else "?"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,15 +28,17 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     if args.command == "list":
-        for name, cls in sorted(HARNESSES.items()):
-            h = cls()
-            print(f"{name}\t{h.version() if h.is_installed() else 'not installed'}")
+        for name in sorted(HARNESSES):
+            h = HARNESSES[name]()
+            print(f"{name}\t{pinned(name)}\t{'installed' if h.is_installed() else 'not installed'}")
         return 0
     unknown = [n for n in args.names if n not in HARNESSES]
     if unknown:
         parser.error(f"unknown harness(es) {unknown}; known: {sorted(HARNESSES)}")
     for name in args.names or sorted(HARNESSES):
-        print(HARNESSES[name]().install())
+        start = time.monotonic()
+        binary = HARNESSES[name]().install()
+        print(f"{name}\t{pinned(name)}\t{binary}\t{time.monotonic() - start:.1f} s")
     return 0
 
 
