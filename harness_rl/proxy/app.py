@@ -109,7 +109,7 @@ def _detecting_endpoint(relay: Relay, dialects: dict[str, Dialect], max_body_byt
             return _unknown_endpoint(request, str(exc), status=413)
         try:
             body = json.loads(raw) if raw else None
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, RecursionError):
             body = None  # the detected dialect's decoder reports malformed JSON in its own shape
         found = detect(request.url.path, request.headers, request.query_params, body)
         if found is None or found.dialect not in dialects:

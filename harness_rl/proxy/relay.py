@@ -78,7 +78,9 @@ class Relay:
                 raise ProxyError(413, "payload_too_large", f"Request body over {self.max_body_bytes} bytes.")
         try:
             return json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:
+            # ValueError covers UnicodeDecodeError; RecursionError: nesting deeper than the parser's recursion
+            # limit (e.g. "[" * 100_000).
             raise ProxyError(400, "invalid_request", f"Malformed JSON body: {exc}", param="body") from exc
 
     def _upstream_body(self, session: Session, req: DecodedRequest, model: str) -> tuple[dict, list[str]]:

@@ -30,7 +30,7 @@ from harness_rl.proxy.server import ProxyServer, UvicornThread
 from tests.proxy_helpers import new_session, trace
 
 ADMIN = "admin-secret"
-CAPTURES = Path("/work/shared/reference/captures/claude-code")
+CAPTURES = Path(__file__).parents[1] / "fixtures" / "captures" / "claude-code"
 BASH_TOOL = {
     "name": "bash",
     "description": "Execute a bash command",
@@ -225,6 +225,18 @@ def test_decode_system_messages_tools_and_drops():
         ({"messages": MESSAGES, "stream": "yes"}, "stream"),
         ({"messages": MESSAGES, "max_tokens": 0}, "max_tokens"),
         ({"messages": [{"role": "user", "content": [{"type": "document"}]}]}, "messages[0].content[0:]"),
+        # Found by tests/unit/test_proxy_fuzz.py: each of these was a 500 or reached the model as "None".
+        ({"messages": [{"role": "user", "content": [{"type": "image", "source": "x"}]}]}, "messages[0].content[0:][0]"),
+        ({"messages": [{"role": "user", "content": [{"type": "text", "text": None}]}]}, "messages[0].content[0:][0]"),
+        (
+            {
+                "messages": [
+                    {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": "x"}]}
+                ]
+            },
+            "messages[0].content[0].input",
+        ),
+        ({"messages": [{"role": "user", "content": "hi"}], "temperature": float("nan")}, "temperature"),
     ],
 )
 def test_decode_rejects_bad_fields(body, param):

@@ -258,3 +258,38 @@ def test_mid_stream_failure_raises_sdk_error_and_budget_reply(stack):
     chunks = list(sdk.models.generate_content_stream(model="gemini-x", contents="hi"))
     assert "budget exhausted" in "".join(c.text or "" for c in chunks).lower()
     assert chunks[-1].candidates[0].finish_reason == types.FinishReason.STOP
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"tools": [{"functionDeclarations": 5}]}, "tools[0].functionDeclarations"),
+        ({"tools": [{"functionDeclarations": [{"name": "f", "parameters": "x"}]}]}, "tools[0]"),
+        ({"generationConfig": {"maxOutputTokens": "64"}}, "generationConfig.maxOutputTokens"),
+        ({"generationConfig": {"temperature": [1]}}, "generationConfig.temperature"),
+        ({"generationConfig": {"stopSequences": "END"}}, "generationConfig.stopSequences"),
+        ({"contents": [{"role": "model", "parts": [{"functionCall": {"name": "f", "args": [1]}}]}]}, "contents[0]"),
+        ({"contents": [{"role": "model", "parts": [{"functionCall": {"name": "f", "id": 7}}]}]}, "contents[0]"),
+        ({"contents": [{"parts": [{"text": 5}]}]}, "contents[0].parts[0].text"),
+    ],
+)
+def test_decode_rejects_bad_fields(body, param):
+    """Found by tests/unit/test_proxy_fuzz.py: each of these was a 500, or reached the engine unchecked."""
+    body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], **body}
+    with pytest.raises(ProxyError) as info:
+        GoogleGenerateContent().decode_request(body, {"model_action": "m:generateContent"})
+    assert info.value.status == 400 and info.value.param.startswith(param)
+
+
+def test_decode_null_text_is_empty_and_odd_digits_stay_strings():
+    body = {
+        "systemInstruction": {"parts": [{"text": None}, {"text": "Be brief."}]},
+        "contents": [{"parts": [{"text": None}]}],
+        "tools": [{"functionDeclarations": [{"name": "f", "parameters": {"type": "STRING", "maxLength": "²"}}]}],
+    }
+    req = GoogleGenerateContent().decode_request(body, {"model_action": "m:generateContent"})
+    assert req.upstream_body["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": ""},
+    ]
+    assert req.upstream_body["tools"][0]["function"]["parameters"] == {"type": "string", "maxLength": "²"}

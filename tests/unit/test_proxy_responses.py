@@ -14,12 +14,13 @@ from openai.types.responses import Response, ResponseStreamEvent
 
 from harness_rl.proxy.dialects.openai_chat import OpenAIChat
 from harness_rl.proxy.dialects.openai_responses import OpenAIResponses
+from harness_rl.proxy.errors import ProxyError
 from harness_rl.proxy.fake_engine import FakeEngine, Reply, render_prompt
 from harness_rl.proxy.server import ProxyServer, UvicornThread
 from tests.proxy_helpers import new_session, trace
 
 ADMIN = "admin-secret"
-CAPTURES = Path("/work/shared/reference/captures/codex")
+CAPTURES = Path(__file__).parents[1] / "fixtures" / "captures" / "codex"
 BASH_TOOL = {
     "type": "function",
     "name": "bash",
@@ -300,3 +301,24 @@ def test_codec_reasoning_items_and_truncation():
     final = parsed[-1][1]["response"]
     assert [item["type"] for item in final["output"]] == ["reasoning", "message"]
     assert final["status"] == "incomplete" and final["incomplete_details"] == {"reason": "max_output_tokens"}
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("temperature", "hot"), ("top_p", [1]), ("metadata", {"n": 1}), ("tool_choice", {"type": "function", "name": {}})],
+)
+def test_codec_refuses_fields_it_would_forward_or_echo_broken(field, value):
+    """Found by tests/unit/test_proxy_fuzz.py: these reached the engine as is, or made a `response` the openai
+    SDK cannot parse (or, for an unhashable function name, a 500)."""
+    with pytest.raises(ProxyError) as info:
+        OpenAIResponses().decode_request({"input": "hi", "tools": [BASH_TOOL], field: value}, {})
+    assert info.value.status == 400 and info.value.param == field
+
+
+def test_codec_echoes_the_tool_choice_the_engine_got():
+    """A hosted-tool or unknown tool_choice object leaves the engine on "auto", and the response says so."""
+    dialect = OpenAIResponses()
+    for choice, echoed in [({"type": "web_search_preview"}, "auto"), ({}, "auto"), ("required", "required")]:
+        req = dialect.decode_request({"input": "hi", "tools": [BASH_TOOL], "tool_choice": choice}, {})
+        body = dialect.encode_response({"choices": [{"message": {"content": "x"}}]}, req)
+        assert Response.model_validate(body).tool_choice == echoed

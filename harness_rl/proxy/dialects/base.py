@@ -64,7 +64,11 @@ class Dialect(ABC):
 
     @abstractmethod
     def decode_request(self, body: Any, path_params: dict[str, Any]) -> DecodedRequest:
-        """Validates and normalizes a parsed JSON body. Raises ProxyError(400) naming the bad field."""
+        """Validates and normalizes a parsed JSON body. Raises ProxyError(400) naming the bad field.
+
+        Called by the relay for every authenticated request, before it counts against the budget.
+        Implementations pass the body through `wire_json.check_json_body` first (NaN, lone surrogates, nesting).
+        """
 
     @abstractmethod
     def encode_response(self, upstream: dict[str, Any], req: DecodedRequest) -> dict[str, Any]:

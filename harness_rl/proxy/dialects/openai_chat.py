@@ -13,6 +13,7 @@ from typing import Any
 from starlette.requests import Request
 
 from harness_rl.proxy.dialects.base import DecodedRequest, Dialect, sse
+from harness_rl.proxy.dialects.wire_json import check_json_body
 from harness_rl.proxy.errors import ProxyError
 
 _RESPONSE_KEYS = (
@@ -57,6 +58,7 @@ class OpenAIChat(Dialect):
         return bearer_token(request)
 
     def decode_request(self, body: Any, path_params: dict[str, Any]) -> DecodedRequest:
+        body = check_json_body(body)
         if not isinstance(body, dict):
             raise _bad("request body must be a JSON object", "body")
         messages = body.get("messages")
@@ -70,6 +72,12 @@ class OpenAIChat(Dialect):
             raise _bad("'stream' must be a boolean", "stream")
         if body.get("n") not in (None, 1):
             raise _bad("only n=1 is supported (one sampled completion per call)", "n")
+        for name in ("max_tokens", "max_completion_tokens"):
+            # The sampling policy compares these with the session's cap; anything but an integer would fail
+            # there instead of naming the field.
+            value = body.get(name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise _bad(f"'{name}' must be an integer", name)
         stream_options = body.get("stream_options") or {}
         if not isinstance(stream_options, dict):
             raise _bad("'stream_options' must be an object", "stream_options")

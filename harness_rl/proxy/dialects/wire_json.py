@@ -1,0 +1,79 @@
+"""What every dialect checks on a parsed JSON body before decoding it: the JSON is something the engine
+request can carry.
+
+Python's json module accepts more than JSON: NaN and Infinity, and `\\ud800`-style escapes that decode to
+lone surrogates. Both pass decoding and then fail when the proxy serializes the engine request (httpx
+encodes with allow_nan=False and UTF-8), which would surface as a 500 long after the bad field. Deep
+nesting is refused for the same reason (the codecs and copy.deepcopy recurse). One iterative walk catches
+all three up front.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from harness_rl.proxy.errors import ProxyError
+
+#: Deepest nesting of objects/arrays accepted. Real requests stay far below it (claude-code's deepest tool
+#: schema sits about 12 levels down); it keeps every recursive step of a codec well inside Python's limit.
+MAX_NESTING = 100
+_REPLACEMENT = "\ufffd"
+
+
+def well_formed(text: str) -> str:
+    """`text` with lone surrogates replaced by U+FFFD.
+
+    They are not refused: JavaScript harnesses can produce them by cutting a long tool output between the
+    two halves of a surrogate pair (JSON.stringify then escapes the lone half), and such a request is
+    otherwise fine.
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join(_REPLACEMENT if "\ud800" <= c <= "\udfff" else c for c in text)
+    return text
+
+
+def check_json_body(body: Any) -> Any:
+    """Validates a parsed request body and returns it with every string well-formed (see `well_formed`),
+    edited in place where it can be.
+
+    Raises:
+        ProxyError: 400 naming the first value that is NaN/Infinity or nested deeper than MAX_NESTING.
+    """
+    root = [body]
+    stack: list[tuple[Any, Any, tuple[Any, ...]]] = [(root, 0, ())]
+    while stack:
+        parent, key, path = stack.pop()
+        value = parent[key]
+        if isinstance(value, str):
+            cleaned = well_formed(value)
+            if cleaned is not value:
+                parent[key] = cleaned
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise ProxyError(
+                    400, "invalid_request", f"'{_name(path)}': {value} is not a JSON number", param=_name(path)
+                )
+        elif isinstance(value, (dict, list)):
+            if len(path) >= MAX_NESTING:
+                message = f"'{_name(path)}': JSON nested deeper than {MAX_NESTING} levels"
+                raise ProxyError(400, "invalid_request", message, param=_name(path))
+            if isinstance(value, dict):
+                if not all(k.isascii() for k in value):
+                    value = parent[key] = {well_formed(k): v for k, v in value.items()}
+                stack.extend((value, k, (*path, k)) for k in value)
+            else:
+                stack.extend((value, i, (*path, i)) for i in range(len(value)))
+    return root[0]
+
+
+def _name(path: tuple[Any, ...]) -> str:
+    """A value's location as the codecs name fields: messages[0].content[2].text."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "body"
