@@ -24,11 +24,12 @@ $(STAMP): pyproject.toml | $(PY)
 install: $(STAMP)
 
 # bubblewrap isolates each rollout's filesystem; without it rollouts still run (with a logged warning).
+# strace is what the harness network test watches connect() calls with (that test fails without it).
 system-deps:
-	@command -v bwrap >/dev/null 2>&1 || { \
+	@{ command -v bwrap && command -v strace; } >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null || echo "warning: could not install bubblewrap"; \
-	  else echo "warning: bubblewrap (bwrap) missing; install it for sandboxed rollouts"; fi; }
+	    apt-get update -qq && apt-get install -y -qq bubblewrap strace >/dev/null || echo "warning: could not install bubblewrap/strace"; \
+	  else echo "warning: bubblewrap (bwrap) or strace missing; install them: apt-get install -y bubblewrap strace"; fi; }
 
 model: install
 	$(PY) -m harness_rl.models fetch smollm2-135m

@@ -62,6 +62,14 @@ class Harness(Protocol):
     name: str
     #: Wire dialect it speaks to the proxy (e.g. "openai_chat").
     dialect: str
+    #: True when the harness itself stops after ``step_limit`` model calls (claude ``--max-turns``, hermes
+    #: ``--max-turns``, pi's extension, mini's ``agent.step_limit``). False when its limit is soft or absent
+    #: (opencode, codex): then the rollout sets the proxy session's request budget to ``step_limit``, and
+    #: the proxy answers every call past it with a final plain-text reply that ends the run.
+    step_limit_is_hard: bool
+    #: ``(tool name, command argument)`` of the harness's shell tool, e.g. ``("Bash", "command")``: what a
+    #: scripted upstream calls to make the harness run one command (``python -m harness_rl.harnesses check``).
+    shell_tool: tuple[str, str]
 
     def install(self) -> Path:
         """Install the pinned harness into the project-local tools folder; returns its bin path.

@@ -55,6 +55,10 @@ class MiniSweAgent:
 
     name = "mini_swe_agent"
     dialect = "openai_chat"
+    #: ``agent.step_limit`` stops mini after that many model calls (exit status LimitsExceeded).
+    step_limit_is_hard = True
+    #: mini's one tool in tool mode; in text mode the same command goes in a ```bash block instead.
+    shell_tool = ("bash", "command")
 
     def __init__(
         self,

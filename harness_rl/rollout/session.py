@@ -96,6 +96,19 @@ def count_tool_calls(trace: dict[str, Any]) -> int:
     return structured if structured else len(nodes)
 
 
+def request_budget(harness: Harness, settings: RolloutSettings) -> int:
+    """The proxy's request budget for one session of ``harness``.
+
+    A harness whose own step limit is hard stops itself at ``step_limit`` calls, so the budget is only a
+    safety net a little above it (``settings.max_requests``). One whose limit is soft or absent (opencode,
+    codex) is stopped by the proxy: its budget is the step limit itself. A harness that does not declare
+    ``step_limit_is_hard`` is treated as soft, which can only make its run shorter, never unbounded.
+    """
+    if getattr(harness, "step_limit_is_hard", False):
+        return settings.max_requests
+    return settings.step_limit
+
+
 def write_json_atomically(path: Path, payload: Any) -> None:
     """Write JSON to a temp file beside ``path`` and rename it into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -128,7 +141,7 @@ def run_rollout(
     key = proxy.create_session(
         adapter=adapter,
         purpose=settings.purpose,
-        max_requests=settings.max_requests,
+        max_requests=request_budget(harness, settings),
         sampling={"temperature": settings.temperature, "max_tokens": settings.max_tokens, "top_p": 1.0},
     )
     try:

@@ -1,4 +1,5 @@
-"""Where a harness process runs: the Sandbox protocol, the per-rollout folder layout and the run result."""
+"""Where a harness process runs: the Sandbox and ContainerSandbox protocols, the per-rollout folder layout and the
+run result."""
 
 from __future__ import annotations
 
@@ -109,4 +110,25 @@ class Sandbox(Protocol):
         stdin is /dev/null. At the limit the whole process tree is killed (SIGTERM, then SIGKILL) and no
         process started by this call survives the return.
         """
+        ...
+
+
+@runtime_checkable
+class ContainerSandbox(Sandbox, Protocol):
+    """A Sandbox that runs each process in its own container (for clusters where bubblewrap is not allowed).
+
+    The container sees the layout's folders mounted at the same paths, the tools and checkout read-only, and
+    the host's loopback (the capture proxy listens there). Each run's container gets a unique name, which is
+    what the wall-clock kill and a shutdown address.
+    """
+
+    #: The container image every run uses; it must provide the interpreters the harness installs point to.
+    image: str
+
+    def container_name(self) -> str:
+        """A fresh unique container name for one run; called by ``run`` before ``command``."""
+        ...
+
+    def kill(self, name: str) -> None:
+        """Kill the named container at once (at the wall-clock limit and on shutdown)."""
         ...

@@ -1,21 +1,22 @@
-"""claude-code, codex and hermes, configured by their adapters, open no connection other than loopback during a
-scripted rollout: every connect() of every process they start (seen by strace inside the sandbox) goes to
-127.0.0.1, ::1 or a Unix socket."""
+"""All six harnesses, configured by their adapters, open no connection other than loopback during a scripted
+rollout: every connect() of every process they start (seen by strace inside the sandbox) goes to 127.0.0.1, ::1
+or a Unix socket. strace is a system dependency (``make system-deps``); without it this test fails, it does not
+skip."""
 
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
-from harness_rl.harnesses.claude_code import ClaudeCode
-from harness_rl.harnesses.codex import Codex
-from harness_rl.harnesses.hermes import Hermes
+from harness_rl.harnesses import HARNESSES
+from harness_rl.harnesses.check import scripted_replies
+from harness_rl.proxy.scripted import ScriptedProxy
 from harness_rl.sandbox.base import SandboxLayout
 from harness_rl.sandbox.local import LocalSandbox
-from tests.scripted_proxy import ScriptedProxy, shell_then_done
 
 pytestmark = [pytest.mark.slow, pytest.mark.harness]
 
@@ -44,15 +45,17 @@ def inet_destinations(trace: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def proxy() -> Iterator[ScriptedProxy]:
+    if shutil.which("strace") is None:
+        pytest.fail("strace is not installed: run `make system-deps` (or `apt-get install -y strace`)")
     with ScriptedProxy() as p:
         yield p
 
 
-@pytest.mark.parametrize("cls", [ClaudeCode, Codex, Hermes], ids=lambda cls: cls.name)
-def test_only_loopback_connections(cls, proxy, tmp_path):
-    harness = cls(sandbox=StracedSandbox(address_space_bytes=None))  # ptrace + RLIMIT_AS: keep it simple
+@pytest.mark.parametrize("name", ["pi", "opencode", "hermes", "claude_code", "codex", "mini_swe_agent"])
+def test_only_loopback_connections(name, proxy, tmp_path):
+    harness = HARNESSES[name](sandbox=StracedSandbox(address_space_bytes=None))  # ptrace + RLIMIT_AS: keep it simple
     harness.install()
-    key = proxy.session(shell_then_done(*cls.shell_tool))
+    key = proxy.session(scripted_replies(harness, "echo hello > out.txt"))
     outcome = harness.run(tmp_path / "ws", "Create out.txt containing hello.", base_url=proxy.base_url,
                           api_key=key, step_limit=5, timeout_s=120, rollout_dir=tmp_path / "r")  # fmt: skip
     assert outcome.exit_kind == "submitted", outcome
