@@ -48,7 +48,14 @@ ENV_TEMPLATE = CONFIG_DIR / "claude_code_env.json"
 #: twice that leaves room for long sessions while a runaway command's output still cannot eat the machine.
 ADDRESS_SPACE_BYTES = 4 << 30
 
-_TERMINAL_REASONS: dict[str, ExitKind] = {"completed": "submitted", "max_turns": "limits_exceeded"}
+#: "blocking_limit": claude refused the next turn because its context use neared ``CLAUDE_CODE_MAX_CONTEXT_TOKENS``
+#: (result text "Prompt is too long"); seen against the real engine with a 4,096-token window after one 1,229-token
+#: call. Its own limit, like max_turns, so the rollout stays scorable.
+_TERMINAL_REASONS: dict[str, ExitKind] = {
+    "completed": "submitted",
+    "max_turns": "limits_exceeded",
+    "blocking_limit": "limits_exceeded",
+}
 
 
 class ClaudeCode:
@@ -69,6 +76,7 @@ class ClaudeCode:
     dialect = "anthropic_messages"
     #: The harness's own shell tool and its command argument (what a scripted check calls).
     shell_tool = ("Bash", "command")
+    text_action_regex = None  # acts through tool calls only
     #: ``--max-turns`` stops claude itself at ``step_limit`` model calls.
     step_limit_is_hard = True
 

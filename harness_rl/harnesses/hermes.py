@@ -61,6 +61,7 @@ class Hermes:
     dialect = "openai_chat"
     #: The harness's own shell tool and its command argument (what a scripted check calls).
     shell_tool = ("terminal", "command")
+    text_action_regex = None  # acts through tool calls only
     #: ``--max-turns`` stops hermes itself (see the module docstring for the one summary call).
     step_limit_is_hard = True
 
@@ -225,10 +226,16 @@ def _read_session(state_db: Path) -> _SessionRecord | None:
                 "AND content IS NOT NULL AND content != '' ORDER BY id DESC LIMIT 1",
                 (row[0],),
             ).fetchone()
+            # One assistant message per model call. api_call_count alone undercounts: it leaves out the
+            # summary call at the turn limit, and against the real engine a reply cut at max_tokens (hermes
+            # then asks the model to continue) left it at 0 after two calls.
+            (n_assistant,) = db.execute(
+                "SELECT COUNT(*) FROM messages WHERE session_id = ? AND role = 'assistant'", (row[0],)
+            ).fetchone()
         except sqlite3.DatabaseError as e:  # killed mid-write, or a schema we do not know
             logger.warning("hermes state.db unreadable (%s): %s", state_db, e)
             return None
-    return _SessionRecord(int(row[1] or 0), int(row[2] or 0), str(last[0]) if last else "")
+    return _SessionRecord(max(int(row[1] or 0), int(n_assistant)), int(row[2] or 0), str(last[0]) if last else "")
 
 
 def parse_hermes_home(hermes_home: Path, *, stdout: str, returncode: int, timed_out: bool = False) -> HarnessOutcome:
