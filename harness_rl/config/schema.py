@@ -15,6 +15,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
+from harness_rl.safety.config import SafetyConfig
+
 #: The checkout this package lives in (``conf/``, ``tools/`` and ``runs/`` sit here by default).
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -154,6 +156,7 @@ class TrainConfig:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
+    safety: SafetyConfig = field(default_factory=SafetyConfig)
 
 
 def _harness_mix_name(mix: Any) -> str:

@@ -70,6 +70,10 @@ class Harness(Protocol):
     #: ``(tool name, command argument)`` of the harness's shell tool, e.g. ``("Bash", "command")``: what a
     #: scripted upstream calls to make the harness run one command (``python -m harness_rl.harnesses check``).
     shell_tool: tuple[str, str]
+    #: For harnesses that act through reply text instead of tool calls (mini-swe-agent's text mode): a regex
+    #: whose group 1 is the shell command the harness will run, so the safety gate can judge it. None (or
+    #: absent) for tool-calling harnesses.
+    text_action_regex: str | None
 
     def install(self) -> Path:
         """Install the pinned harness into the project-local tools folder; returns its bin path.

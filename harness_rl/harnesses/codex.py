@@ -64,6 +64,7 @@ class Codex:
     dialect = "openai_responses"
     #: The harness's own shell tool and its command argument (what a scripted check calls).
     shell_tool = ("exec_command", "cmd")
+    text_action_regex = None  # acts through tool calls only
     #: codex has no limit of its own: the rollout worker must set the proxy's request budget.
     step_limit_is_hard = False
 

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
+
 from harness_rl.harnesses.base import ExitKind, HarnessNotInstalledError, HarnessOutcome
 from harness_rl.harnesses.install import (
     PYTHON_TOOLS,
@@ -59,6 +61,13 @@ class MiniSweAgent:
     step_limit_is_hard = True
     #: mini's one tool in tool mode; in text mode the same command goes in a ```bash block instead.
     shell_tool = ("bash", "command")
+
+    @property
+    def text_action_regex(self) -> str | None:
+        """The action regex of text mode (from our config), None in tool mode; see ``Harness``."""
+        if self.mode != "text":
+            return None
+        return yaml.safe_load(TEXT_CONFIG.read_text())["model"]["action_regex"]
 
     def __init__(
         self,

@@ -68,6 +68,7 @@ class OpenCode:
     step_limit_is_hard = False
     #: (tool name, its command argument): what a scripted upstream calls to run one shell command.
     shell_tool = ("bash", "command")
+    text_action_regex = None  # acts through tool calls only
 
     def __init__(
         self,

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+import logging
 import platform
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from harness_rl.harnesses.base import Harness, HarnessNotInstalledError
 from harness_rl.rollout.session import RolloutSettings
 from harness_rl.rollout.worker import TaskSampler
+
+log = logging.getLogger(__name__)
 
 
 def build_engine(cfg: DictConfig, model_path: str, *, log_path: Path | None) -> Any:
@@ -92,6 +95,8 @@ def rollout_settings(cfg: DictConfig) -> RolloutSettings:
         temperature=cfg.trainer.temperature,
         max_tokens=cfg.trainer.max_tokens_per_turn,
         purpose="train",
+        safety=bool(cfg.safety.enabled),
+        block_penalty=float(cfg.safety.block_penalty) if cfg.safety.enabled else 0.0,
     )
 
 
@@ -109,6 +114,7 @@ def write_run_metadata(run_dir: Path, cfg: DictConfig, model_path: str, harnesse
         "model_path": str(model_path),
         "harnesses": {name: h.version() for name, h in harnesses.items()},
         "sandbox_isolation": isolation,
+        "safety": safety_summary(cfg),
         "harness_rl": harness_rl.__version__,
         "git_commit": _git_commit(),
         "torch": torch.__version__,
@@ -117,6 +123,29 @@ def write_run_metadata(run_dir: Path, cfg: DictConfig, model_path: str, harnesse
         "python": platform.python_version(),
     }
     (Path(run_dir) / "metadata.json").write_text(json.dumps(meta, indent=2))
+
+
+def safety_summary(cfg: DictConfig) -> dict[str, Any]:
+    """How the run's safety gate was set: whether it was on, its undecidable default, the rules switched off."""
+    return {
+        "enabled": bool(cfg.safety.enabled),
+        "undecidable": cfg.safety.undecidable,
+        "rules_off": sorted(name for name, on in cfg.safety.rules.items() if not on),
+        "block_penalty": float(cfg.safety.block_penalty),
+    }
+
+
+def build_proxy_gate(cfg: DictConfig, run_dir: Path) -> Any:
+    """The proxy's safety gate for this run (None when ``safety.enabled`` is false), auditing to the run folder."""
+    from harness_rl.proxy.gatekeeper import ProxyGate
+    from harness_rl.safety import SafetyConfig, SafetyGate
+
+    if not cfg.safety.enabled:
+        log.warning("safety gate OFF: tool calls reach the harnesses uninspected (recorded in metadata.json)")
+        return None
+    config = SafetyConfig(**OmegaConf.to_container(cfg.safety, resolve=True))
+    audit = Path(run_dir) / "safety_audit.jsonl" if config.audit_log else None
+    return ProxyGate(SafetyGate(config), audit)
 
 
 def _git_commit() -> str | None:

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness_rl.launch.components import (
     build_engine,
     build_harness,
+    build_proxy_gate,
     build_task_sampler,
     check_harnesses_installed,
     rollout_settings,
@@ -89,8 +90,16 @@ def _run(cfg: DictConfig, stack: ExitStack) -> float:
     log.info("engine ready at %s (pid %s, %.0f s)", engine.url, engine.pid, engine.startup_seconds or 0)
 
     admin_token = secrets.token_urlsafe(24)
+    safety_gate = build_proxy_gate(cfg, run_dir)
+    if safety_gate is not None:
+        stack.callback(safety_gate.close)
     proxy_server = ProxyServer(
-        engine.url, admin_token, base_model=cfg.model.name, host=cfg.proxy.host, port=cfg.proxy.port
+        engine.url,
+        admin_token,
+        base_model=cfg.model.name,
+        host=cfg.proxy.host,
+        port=cfg.proxy.port,
+        safety_gate=safety_gate,
     )
     stack.callback(proxy_server.stop)
     proxy_server.start()

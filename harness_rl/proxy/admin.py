@@ -1,7 +1,8 @@
 """Admin API: the rollout worker registers sessions and collects their traces.
 
-    POST   /admin/sessions              {"adapter", "purpose", "max_requests", "sampling", "key", "client_model"}
-                                        -> {"key": ...}
+    POST   /admin/sessions              {"adapter", "purpose", "max_requests", "sampling", "key", "client_model",
+                                         "safety": {"workspace", "harness", "protected_paths", "scoring_paths",
+                                                    "home", "text_action"} | null} -> {"key": ...}
     GET    /admin/sessions/{key}/trace  -> trace JSON (`?format=jsonl`: the JSONL export, see proxy/export.py)
     DELETE /admin/sessions/{key}        -> trace JSON; the key stops working
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import secrets
 from typing import Any
 
@@ -20,9 +22,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from harness_rl.proxy.export import trace_to_jsonl
+from harness_rl.proxy.gatekeeper import ProxyGate, SafetySpec
 from harness_rl.proxy.sessions import PURPOSES, SamplingPolicy, SessionStore
 
-_SESSION_FIELDS = {"adapter", "purpose", "max_requests", "sampling", "key", "client_model"}
+_SESSION_FIELDS = {"adapter", "purpose", "max_requests", "sampling", "key", "client_model", "safety"}
+_SAFETY_FIELDS = {"workspace", "harness", "protected_paths", "scoring_paths", "home", "text_action"}
 _SAMPLING_FIELDS = {"temperature", "max_tokens", "top_p"}
 
 
@@ -72,7 +76,44 @@ def parse_session_spec(body: Any) -> dict[str, Any]:
         "max_requests": max_requests,
         "sampling": _parse_sampling(body.get("sampling")),
         "key": key,
+        "safety": _parse_safety(body.get("safety")),
     }
+
+
+def _parse_safety(raw: Any) -> SafetySpec | None:
+    """The rollout facts the safety gate needs; null = this session's tool calls are not inspected."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise BadField("safety", "must be an object or null")
+    unknown = sorted(set(raw) - _SAFETY_FIELDS)
+    if unknown:
+        raise BadField(f"safety.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(_SAFETY_FIELDS))})")
+    workspace = raw.get("workspace")
+    if not isinstance(workspace, str) or not workspace.startswith("/"):
+        raise BadField("safety.workspace", "is required: the absolute path of the rollout's workspace")
+    for name in ("harness", "home", "text_action"):
+        if raw.get(name) is not None and (not isinstance(raw[name], str) or not raw[name]):
+            raise BadField(f"safety.{name}", "must be a non-empty string or null")
+    for name in ("protected_paths", "scoring_paths"):
+        paths = raw.get(name) or []
+        if not isinstance(paths, list) or not all(isinstance(p, str) and p for p in paths):
+            raise BadField(f"safety.{name}", "must be a list of non-empty strings")
+    text_action = raw.get("text_action")
+    if text_action is not None:
+        try:
+            if re.compile(text_action).groups < 1:
+                raise BadField("safety.text_action", "needs a group: group 1 is the shell command")
+        except re.error as exc:
+            raise BadField("safety.text_action", f"is not a valid regex: {exc}") from exc
+    return SafetySpec(
+        workspace=workspace,
+        harness=raw.get("harness"),
+        protected_paths=tuple(raw.get("protected_paths") or ()),
+        scoring_paths=tuple(raw.get("scoring_paths") or ()),
+        home=raw.get("home"),
+        text_action=text_action,
+    )
 
 
 def _parse_sampling(raw: Any) -> SamplingPolicy:
@@ -105,8 +146,11 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def admin_routes(sessions: SessionStore, admin_token: str) -> list[Route]:
-    """The admin routes, each guarded by the admin bearer token."""
+def admin_routes(sessions: SessionStore, admin_token: str, gate: ProxyGate | None = None) -> list[Route]:
+    """The admin routes, each guarded by the admin bearer token.
+
+    ``gate`` is the run's safety gate (None: off); sessions registered with a ``safety`` spec get it.
+    """
 
     def authorized(request: Request) -> bool:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
@@ -123,8 +167,9 @@ def admin_routes(sessions: SessionStore, admin_token: str) -> list[Route]:
         except ValueError as exc:  # BadField and malformed JSON
             param = exc.field if isinstance(exc, BadField) else "body"
             return _error(400, f"Invalid session: {exc}", type_="invalid_request_error", param=param)
+        safety = spec.pop("safety")
         try:
-            session = sessions.create(**spec)
+            session = sessions.create(**spec, gate=gate.for_session(safety) if gate and safety else None)
         except KeyError:
             return _error(409, f"Session key {spec['key']!r} already exists.", type_="conflict", param="key")
         return JSONResponse({"key": session.key}, status_code=201)

@@ -15,6 +15,7 @@ from starlette.routing import Route
 from harness_rl.proxy.admin import admin_routes
 from harness_rl.proxy.detect import detect
 from harness_rl.proxy.dialects import Dialect, default_dialects
+from harness_rl.proxy.gatekeeper import ProxyGate
 from harness_rl.proxy.models_api import ContextLength, models_routes
 from harness_rl.proxy.relay import BUDGET_MESSAGE, Relay
 from harness_rl.proxy.sessions import SessionStore
@@ -35,6 +36,7 @@ def create_app(
     upstream_transport: httpx.AsyncBaseTransport | None = None,
     sessions: SessionStore | None = None,
     context_length: int | None = None,
+    safety_gate: ProxyGate | None = None,
 ) -> Starlette:
     """Builds the proxy app. It binds no port; see harness_rl.proxy.server for the runner.
 
@@ -49,6 +51,8 @@ def create_app(
         upstream_transport: custom httpx transport for the engine (tests).
         sessions: an existing store to share (default: a fresh one, exposed as app.state.sessions).
         context_length: the engine's context length for the model listings (default: ask the engine once).
+        safety_gate: the run's safety gate; sessions registered with a ``safety`` spec are inspected by it
+            (None: no call is inspected).
 
     Raises:
         ValueError: if admin_token or base_model is empty.
@@ -70,7 +74,7 @@ def create_app(
     dialects = list(dialects if dialects is not None else default_dialects())
     routes = [
         Route("/health", _health, methods=["GET"]),
-        *admin_routes(sessions, admin_token),
+        *admin_routes(sessions, admin_token, safety_gate),
         *models_routes(sessions, base_model, ContextLength(upstream, context_length)),
     ]
     for dialect in dialects:

@@ -64,6 +64,9 @@ class Node:
     usage: dict[str, Any] = field(default_factory=dict)
     budget_exhausted: bool = False
     dropped_params: list[str] = field(default_factory=list)
+    #: Tool calls the safety gate defused before the harness saw them (call id, tool, rule, explanation); the
+    #: sampled tokens above are unchanged.
+    blocked: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -81,6 +84,7 @@ class Node:
             "usage": self.usage,
             "budget_exhausted": self.budget_exhausted,
             "dropped_params": self.dropped_params,
+            "blocked": self.blocked,
         }
 
 
@@ -122,6 +126,7 @@ class RolloutGraph:
         usage: dict[str, Any] | None = None,
         budget_exhausted: bool = False,
         dropped_params: list[str] | None = None,
+        blocked: list[dict[str, Any]] | None = None,
     ) -> Node:
         """Records one call, links it to its parent and indexes it; returns the node.
 
@@ -148,6 +153,7 @@ class RolloutGraph:
                 usage=dict(usage or {}),
                 budget_exhausted=budget_exhausted,
                 dropped_params=list(dropped_params or []),
+                blocked=list(blocked or []),
             )
             # Budget answers never reached the engine: no tokens to link or train on.
             if not budget_exhausted:

@@ -11,7 +11,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio
@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from harness_rl.proxy.capture import CallCapture, CaptureError
 from harness_rl.proxy.dialects.base import DecodedRequest, Dialect
 from harness_rl.proxy.errors import ProxyError
+from harness_rl.proxy.gatekeeper import Block, StreamHold, TextBlock
 from harness_rl.proxy.sampling import apply_sampling_policy
 from harness_rl.proxy.sessions import Session, SessionStore
 from harness_rl.proxy.upstream import CHAT_PATH, Upstream
@@ -62,6 +63,9 @@ class Relay:
         model = session.adapter or self.base_model
         if not session.begin_request():
             return self._budget_reply(session, dialect, req, model)
+        if session.gate is not None:
+            # Calls the gate defused go back to the engine as sampled, with the explanation as their result.
+            session.gate.restore(req.upstream_body.get("messages"))
         body, dropped = self._upstream_body(session, req, model)
         if req.stream:
             return await self._stream(session, dialect, req, body, model, dropped)
@@ -124,7 +128,9 @@ class Relay:
         except ValueError:
             session.record_failure("upstream_error", "engine sent a non-JSON reply", status=resp.status_code)
             return _error_response(dialect, ProxyError(502, "upstream_error", "Engine sent a non-JSON reply."))
-        self._record(session, dialect, CallCapture.from_response(data), model, t_start, dropped)
+        capture = CallCapture.from_response(data)
+        blocks = _review_reply(session, data, body.get("tools"))
+        self._record(session, dialect, capture, model, t_start, dropped, blocks)
         return JSONResponse(dialect.encode_response(data, req))
 
     async def _stream(
@@ -150,20 +156,39 @@ class Relay:
 
         async def events() -> AsyncIterator[bytes]:
             capture = CallCapture()
+            hold = StreamHold(session.gate, body.get("tools")) if session.gate is not None else None
             error: str | None = None
             done = False
             try:
-                async for data in _sse_data(resp):
-                    if data == "[DONE]":
-                        done = True
+                async for batch in _sse_data_batches(resp):
+                    # Everything one read brought goes out as one write: under load a read holds several
+                    # chunks, and one send per chunk would cost more than the relaying itself.
+                    out: list[bytes] = []
+                    failure: Exception | None = None
+                    for data in batch:
+                        if data == b"[DONE]":
+                            done = True
+                            break
+                        try:
+                            chunk = json.loads(data)
+                            if chunk.get("error") and not chunk.get("choices"):
+                                error = f"engine error mid-stream: {_error_message(chunk)}"
+                                break
+                            capture.feed_chunk(chunk)
+                            if hold is None:
+                                out += encoder.on_chunk(chunk)
+                            else:
+                                for released in hold.on_chunk(chunk, capture.tool_calls):
+                                    out += encoder.on_chunk(released)
+                        except Exception as exc:  # the events before it still reach the client first
+                            failure = exc
+                            break
+                    if out:
+                        yield b"".join(out)
+                    if failure is not None:
+                        raise failure
+                    if done or error is not None:
                         break
-                    chunk = json.loads(data)
-                    if chunk.get("error") and not chunk.get("choices"):
-                        error = f"engine error mid-stream: {_error_message(chunk)}"
-                        break
-                    capture.feed_chunk(chunk)
-                    for event in encoder.on_chunk(chunk):
-                        yield event
             except (httpx.HTTPError, ValueError) as exc:
                 error = f"engine stream failed: {exc!r}"
             except (GeneratorExit, asyncio.CancelledError):
@@ -186,7 +211,7 @@ class Relay:
                 for event in encoder.on_error(error):
                     yield event
                 return
-            self._record(session, dialect, capture, model, t_start, dropped)
+            self._record(session, dialect, capture, model, t_start, dropped, hold.blocks if hold else [])
             for event in encoder.on_end():
                 yield event
 
@@ -200,6 +225,7 @@ class Relay:
         model: str,
         t_start: float,
         dropped: list[str],
+        blocks: Sequence[Block | TextBlock] = (),
     ) -> None:
         try:
             capture.validate()
@@ -220,6 +246,7 @@ class Relay:
             t_end=time.time(),
             usage=capture.usage,
             dropped_params=dropped,
+            blocked=[block.to_json() for block in blocks],
         )
 
     def _budget_reply(self, session: Session, dialect: Dialect, req: DecodedRequest, model: str) -> Response:
@@ -249,10 +276,38 @@ class Relay:
         return StreamingResponse(events(), media_type="text/event-stream", headers=_SSE_HEADERS)
 
 
-async def _sse_data(resp: httpx.Response) -> AsyncIterator[str]:
-    async for line in resp.aiter_lines():
-        if line.startswith("data:"):
-            yield line[5:].strip()
+async def _sse_data_batches(resp: httpx.Response) -> AsyncIterator[list[bytes]]:
+    """The `data:` payloads of a server-sent event stream, one list per network read.
+
+    Splits bytes itself rather than using httpx's aiter_lines, which decodes every read to text first;
+    json.loads takes the bytes as they are.
+    """
+    pending = b""
+    async for part in resp.aiter_bytes():
+        lines = (pending + part).splitlines(keepends=True)
+        pending = lines.pop() if lines and not lines[-1].endswith((b"\n", b"\r")) else b""
+        batch = [line[5:].strip() for line in lines if line.startswith(b"data:")]
+        if batch:
+            yield batch
+    if pending.startswith(b"data:"):
+        yield [pending[5:].strip()]
+
+
+def _review_reply(session: Session, data: dict[str, Any], request_tools: Any) -> list[Block | TextBlock]:
+    """Runs the session's safety gate over a non-streamed reply, defusing blocked calls in place."""
+    choices = data.get("choices") if isinstance(data.get("choices"), list) else []
+    message = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
+    if session.gate is None or not isinstance(message, dict):
+        return []
+    calls = message.get("tool_calls")
+    if isinstance(calls, list) and calls:
+        message["tool_calls"] = calls = list(calls)
+        return list(session.gate.review_tool_calls(calls, request_tools))
+    content = message.get("content")
+    if isinstance(content, str):
+        message["content"], block = session.gate.review_text(content)
+        return [block] if block else []
+    return []
 
 
 def _error_response(dialect: Dialect, error: ProxyError) -> Response:

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 from harness_rl.proxy.fake_engine import FakeEngine, Reply
+from harness_rl.proxy.gatekeeper import ProxyGate
 from harness_rl.proxy.server import ProxyServer, UvicornThread
 
 ADMIN_TOKEN = "harness-scripted-admin"
@@ -55,8 +56,9 @@ class ScriptedProxy:
         admin_token: The proxy's admin token (for ``ProxyAdmin``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, safety_gate: ProxyGate | None = None) -> None:
         self.engine = FakeEngine()
+        self.safety_gate = safety_gate
         self.admin_token = ADMIN_TOKEN
         self._app = _HoldableApp(self.engine.app)
         self._engine_server = UvicornThread(self._app)
@@ -66,7 +68,9 @@ class ScriptedProxy:
     def __enter__(self) -> ScriptedProxy:
         self._engine_server.start()
         try:
-            self._proxy = ProxyServer(self._engine_server.url, ADMIN_TOKEN, base_model="base-model").start()
+            self._proxy = ProxyServer(
+                self._engine_server.url, ADMIN_TOKEN, base_model="base-model", safety_gate=self.safety_gate
+            ).start()
         except BaseException:
             self._engine_server.stop()
             raise
@@ -95,7 +99,13 @@ class ScriptedProxy:
         return f"{self.url}/v1"
 
     def session(
-        self, replies: list[Reply], *, max_requests: int | None = 20, hang: bool = False, **behaviour: Any
+        self,
+        replies: list[Reply],
+        *,
+        max_requests: int | None = 20,
+        hang: bool = False,
+        safety: dict[str, Any] | None = None,
+        **behaviour: Any,
     ) -> str:
         """Resets the engine's script (and ``FakeEngine.reset`` behaviour) and registers a training session.
 
@@ -103,6 +113,7 @@ class ScriptedProxy:
             replies: The engine's replies in order (then it answers "ok").
             max_requests: The session's request budget (None: unlimited).
             hang: Hold every engine request unanswered (a hung engine) until the next script or the close.
+            safety: The session's safety spec (see proxy/admin.py); needs a ``safety_gate`` on the proxy.
             **behaviour: Further ``FakeEngine.reset`` arguments (``chunk_delay_s``, ``status``, ...).
 
         Returns:
@@ -110,9 +121,8 @@ class ScriptedProxy:
         """
         assert self._admin is not None, "use ScriptedProxy as a context manager"
         self.script(replies, hang=hang, **behaviour)
-        resp = self._admin.post(
-            "/admin/sessions", json={"adapter": None, "purpose": "train", "max_requests": max_requests}
-        )
+        spec = {"adapter": None, "purpose": "train", "max_requests": max_requests, "safety": safety}
+        resp = self._admin.post("/admin/sessions", json=spec)
         if resp.status_code != 201:
             raise RuntimeError(f"the proxy refused a session: {resp.status_code} {resp.text[:300]}")
         return resp.json()["key"]

@@ -10,6 +10,8 @@ import uvicorn
 
 from harness_rl.proxy.app import create_app
 
+KEEP_ALIVE_S = 75
+
 
 class UvicornThread:
     """Serves `app` on host:port from a daemon thread; port 0 picks a free port.
@@ -22,7 +24,11 @@ class UvicornThread:
         self.app = app
         self.host = host
         self.port = port
-        self._config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on")
+        # Clients' pools (httpx's default: 5 s) must drop an idle connection before the server does, or a
+        # request sent on it as the server closes it fails; uvicorn's default keep-alive is 5 s too.
+        self._config = uvicorn.Config(
+            app, host=host, port=port, log_level=log_level, lifespan="on", timeout_keep_alive=KEEP_ALIVE_S
+        )
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
 

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from harness_rl.proxy.gatekeeper import SessionGate
 from harness_rl.proxy.graph import RolloutGraph
 
 Purpose = Literal["train", "eval"]
@@ -42,6 +43,7 @@ class Session:
     sampling: SamplingPolicy
     max_requests: int | None
     client_model: str | None = None
+    gate: SessionGate | None = None
     created: float = field(default_factory=time.time)
     requests: int = 0
     failures: list[dict[str, Any]] = field(default_factory=list)
@@ -74,6 +76,7 @@ class Session:
             "purpose": self.purpose,
             "max_requests": self.max_requests,
             "client_model": self.client_model,
+            "safety": "on" if self.gate is not None else "off",
             "sampling": self.sampling.to_json(),
             "requests": requests,
             "failures": failures,
@@ -98,6 +101,7 @@ class SessionStore:
         max_requests: int | None = None,
         key: str | None = None,
         client_model: str | None = None,
+        gate: SessionGate | None = None,
     ) -> Session:
         """Registers a session under a fresh random key (or the given one).
 
@@ -116,6 +120,7 @@ class SessionStore:
                 sampling=sampling or SamplingPolicy(),
                 max_requests=max_requests,
                 client_model=client_model,
+                gate=gate,
             )
             self._sessions[key] = session
             return session

@@ -31,17 +31,21 @@ class ProxyAdmin:
         max_requests: int,
         sampling: dict[str, Any] | None = None,
         client_model: str | None = None,
+        safety: dict[str, Any] | None = None,
     ) -> str:
         """Register one rollout; returns the session key the harness uses as its API key.
 
         ``client_model`` is the model id the harness is configured with; the proxy lists it (beside the served
-        adapter) on the model listing endpoints some harnesses probe.
+        adapter) on the model listing endpoints some harnesses probe. ``safety`` registers the session with the
+        proxy's safety gate (see ``harness_rl.rollout.session.safety_spec``).
         """
         body: dict[str, Any] = {"adapter": adapter, "purpose": purpose, "max_requests": max_requests}
         if sampling:
             body["sampling"] = sampling
         if client_model:
             body["client_model"] = client_model
+        if safety:
+            body["safety"] = safety
         return self._call("POST", "/admin/sessions", json=body)["key"]
 
     def trace(self, key: str) -> dict[str, Any]:

@@ -37,6 +37,10 @@ class RolloutSettings:
     temperature: float
     max_tokens: int
     purpose: str = "train"
+    #: Register each session with the proxy's safety gate (workspace, protected paths, text-action regex).
+    safety: bool = False
+    #: Reward subtracted per blocked tool call (``safety.block_penalty``).
+    block_penalty: float = 0.0
 
 
 @dataclass
@@ -66,6 +70,8 @@ class RolloutResult:
     seconds: float
     reward: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Tool calls the proxy's safety gate blocked (call id, tool, rule, explanation), from the trace.
+    blocked: list[dict[str, Any]] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         """A compact JSON record for ``rollouts.jsonl``."""
@@ -78,6 +84,7 @@ class RolloutResult:
             "reward": self.reward,
             "unscorable": self.unscorable,
             "tool_calls": self.tool_calls,
+            "blocked": [b.get("rule") for b in self.blocked],
             "requests": trace.get("requests"),
             "sequences": len(trace.get("sequences", [])),
             "seconds": round(self.seconds, 3),
@@ -107,6 +114,17 @@ def request_budget(harness: Harness, settings: RolloutSettings) -> int:
     if getattr(harness, "step_limit_is_hard", False):
         return settings.max_requests
     return settings.step_limit
+
+
+def safety_spec(task: Task, harness: Harness, rollout_dir: Path) -> dict[str, Any]:
+    """What the proxy's safety gate needs to know about this rollout (see proxy/admin.py ``safety``)."""
+    return {
+        "workspace": str((rollout_dir / "workspace").resolve()),
+        "harness": harness.name,
+        "protected_paths": list(task.protected_paths),
+        "home": str((rollout_dir / "home").resolve()),
+        "text_action": getattr(harness, "text_action_regex", None),
+    }
 
 
 def write_json_atomically(path: Path, payload: Any) -> None:
@@ -143,6 +161,7 @@ def run_rollout(
         purpose=settings.purpose,
         max_requests=request_budget(harness, settings),
         sampling={"temperature": settings.temperature, "max_tokens": settings.max_tokens, "top_p": 1.0},
+        safety=safety_spec(task, harness, rollout_dir) if settings.safety else None,
     )
     try:
         lay_out_workspace(task, workspace)
@@ -187,6 +206,7 @@ def run_rollout(
         score=score,
         unscorable=unscorable,
         tool_calls=count_tool_calls(trace) if trace else 0,
+        blocked=[block for node in (trace or {}).get("nodes", []) for block in node.get("blocked") or []],
         rollout_dir=rollout_dir,
         seconds=time.monotonic() - start,
     )

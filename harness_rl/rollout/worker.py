@@ -12,6 +12,7 @@ import logging
 import queue
 import random
 import threading
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -173,7 +174,7 @@ class RolloutWorker:
             self.registry.release(adapter)
         return score_group(
             group_id, task, self.harness.name, version, rollouts, self.reward_fn, self.scale_rewards,
-            on_rollout=self.on_rollout,
+            on_rollout=self.on_rollout, block_penalty=self.settings.block_penalty,
         )  # fmt: skip
 
 
@@ -186,9 +187,19 @@ def score_group(
     reward_fn: Callable[[list[float | None], list[int]], list[float | None]],
     scale_rewards: bool,
     on_rollout: Callable[[RolloutResult], None] | None = None,
+    block_penalty: float = 0.0,
 ) -> ScoredGroup:
-    """Rewards, advantages and samples of a finished group."""
+    """Rewards, advantages and samples of a finished group.
+
+    ``block_penalty`` is subtracted from a scorable rollout's reward for each tool call the safety gate blocked
+    (``safety.block_penalty``), so attempted shortcuts can cost reward even though they never ran.
+    """
     rewards = reward_fn([r.score for r in rollouts], [r.tool_calls for r in rollouts])
+    if block_penalty:
+        rewards = [
+            None if rew is None else rew - block_penalty * len(r.blocked)
+            for rew, r in zip(rewards, rollouts, strict=True)
+        ]
     for rollout, reward in zip(rollouts, rewards, strict=True):
         rollout.reward = reward
         if on_rollout is not None:
@@ -221,4 +232,14 @@ def group_metrics(groups: list[ScoredGroup]) -> dict[str, Any]:
             len(n["completion_token_ids"]) for r in rollouts for n in (r.trace or {}).get("nodes", [])
         ),
         "batch/informative_groups": sum(g.informative for g in groups),
+        **safety_metrics(rollouts),
+    }
+
+
+def safety_metrics(rollouts: list[RolloutResult]) -> dict[str, int]:
+    """``safety/blocked`` (all blocked tool calls of the step) and ``safety/blocked/<rule>`` per rule."""
+    by_rule = Counter(block.get("rule") or "unknown" for r in rollouts for block in r.blocked)
+    return {
+        "safety/blocked": sum(by_rule.values()),
+        **{f"safety/blocked/{rule}": n for rule, n in sorted(by_rule.items())},
     }

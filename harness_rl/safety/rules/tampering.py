@@ -49,8 +49,11 @@ class TestTampering(Rule):
             return None
         if content is not None and _DETECTS_TEST_RUN.search(content):
             return f"code in {action.raw} that detects the test run"
-        if not ctx.is_test_path(path) or matches_any(path, ctx.config.writable_outside, ctx.workspace):
-            return None  # scratch copies under /tmp do not change what the verifier runs
+        if not ctx.is_test_path(path):
+            return None
+        if not ctx.in_workspace(path) and matches_any(path, ctx.config.writable_outside, ctx.workspace):
+            return None  # scratch copies under /tmp do not change what the verifier runs (a workspace that
+            # itself lies under /tmp, as in tests, is still the workspace)
         if action.kind is not Kind.WRITE or name in _TEST_CONFIG:
             return f"{action.kind.value} of {action.raw}"
         if content is None:
