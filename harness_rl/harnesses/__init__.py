@@ -1,14 +1,12 @@
 """Coding-agent harnesses run headless against the capture proxy, one module per harness.
 
 ``HARNESSES`` maps each harness name to its adapter class. Adapter modules are imported on first use (a
-rollout worker needs one harness, not all six; the ``install``/``list`` CLI needs none of their imports),
-and a name is listed only once its module exists in the package.
+rollout worker needs one harness, not all six; the ``install``/``list`` CLI needs none of their imports).
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from collections.abc import Iterator, Mapping
 
 from harness_rl.harnesses.base import Harness, HarnessNotInstalledError, HarnessOutcome
@@ -31,25 +29,22 @@ class _AdapterRegistry(Mapping[str, type]):
         self._adapters = adapters
         self._loaded: dict[str, type] = {}
 
-    def _available(self, name: str) -> bool:
-        return name in self._adapters and importlib.util.find_spec(self._adapters[name][0]) is not None
-
     def __getitem__(self, name: str) -> type:
         if name not in self._loaded:
-            if not self._available(name):
+            if name not in self._adapters:
                 raise KeyError(name)
             module, cls = self._adapters[name]
             self._loaded[name] = getattr(importlib.import_module(module), cls)
         return self._loaded[name]
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self._available(name)
+        return name in self._adapters
 
     def __iter__(self) -> Iterator[str]:
-        return (name for name in self._adapters if self._available(name))
+        return iter(self._adapters)
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        return len(self._adapters)
 
 
 #: Harness name -> implementation class (constructible with no arguments).
