@@ -8,6 +8,7 @@ ordinary OpenAI reply.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from starlette.requests import Request
@@ -27,6 +28,9 @@ _RESPONSE_KEYS = (
     "service_tier",
 )
 _CHOICE_KEYS = ("index", "message", "delta", "logprobs", "finish_reason")
+
+# Built once: json.dumps with separators builds a new encoder on every call, and this runs per streamed token.
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":")).encode
 
 # OpenAI's (type, code) for each proxy error kind.
 _ERROR_SHAPES = {
@@ -126,23 +130,26 @@ class _ChatStreamEncoder:
     def __init__(self, dialect: OpenAIChat, req: DecodedRequest) -> None:
         self._dialect = dialect
         self._req = req
+        self._include_usage = bool(req.options.get("include_usage"))
+        self._logprobs = bool(req.options.get("logprobs"))
 
     def on_chunk(self, chunk: dict[str, Any]) -> list[bytes]:
         choices = chunk.get("choices") or []
         if not choices:
             # The trailing usage chunk: the relay always asks the engine for it (the trace needs usage),
             # the client gets it only if it asked.
-            if chunk.get("usage") and self._req.options.get("include_usage"):
-                return [sse(self._dialect.encode_response(chunk, self._req))]
+            if chunk.get("usage") and self._include_usage:
+                return [_sse_event(self._dialect.encode_response(chunk, self._req))]
             return []
         out = self._dialect.encode_response(chunk, self._req)
-        if not self._req.options.get("include_usage"):
+        if not self._include_usage:
             out.pop("usage", None)
         # vLLM sends a chunk for every sampled step, even while its tool parser holds text back; without
         # the token ids such a chunk says nothing to the client.
-        if all(not c.get("delta") and not c.get("finish_reason") and not c.get("logprobs") for c in out["choices"]):
-            return []
-        return [sse(out)]
+        for c in out["choices"]:
+            if c.get("delta") or c.get("finish_reason") or (self._logprobs and c.get("logprobs")):
+                return [_sse_event(out)]
+        return []
 
     def on_error(self, message: str) -> list[bytes]:
         # The openai SDKs raise APIError on a data event carrying an "error" object.
@@ -151,3 +158,8 @@ class _ChatStreamEncoder:
 
     def on_end(self) -> list[bytes]:
         return [sse("[DONE]")]
+
+
+def _sse_event(data: dict[str, Any]) -> bytes:
+    """The same bytes as dialects.base.sse(data), without its per-call encoder."""
+    return b"data: " + _COMPACT_JSON(data).encode() + b"\n\n"
