@@ -7,7 +7,6 @@ ordinary OpenAI reply.
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
@@ -86,7 +85,9 @@ class OpenAIChat(Dialect):
         if not isinstance(stream_options, dict):
             raise _bad("'stream_options' must be an object", "stream_options")
         model = body.get("model")
-        upstream = copy.deepcopy(body)
+        # A shallow copy: the relay and the sampling policy replace top-level fields and never edit nested
+        # ones in place (a deep copy of a long conversation was a third of the proxy's time per call).
+        upstream = dict(body)
         upstream.pop("n", None)
         return DecodedRequest(
             upstream_body=upstream,

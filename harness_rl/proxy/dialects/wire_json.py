@@ -44,31 +44,49 @@ def check_json_body(body: Any) -> Any:
     Raises:
         ProxyError: 400 naming the first value that is NaN/Infinity or nested deeper than MAX_NESTING.
     """
+    # Runs on every request, so the walk carries depths, not paths (building a path tuple per value cost
+    # more than the rest of a chat request's decoding); the path is looked up only to name a refused value.
     root = [body]
-    stack: list[tuple[Any, Any, tuple[Any, ...]]] = [(root, 0, ())]
+    stack: list[tuple[Any, Any, int]] = [(root, 0, 0)]
     while stack:
-        parent, key, path = stack.pop()
+        parent, key, depth = stack.pop()
         value = parent[key]
-        if isinstance(value, str):
-            cleaned = well_formed(value)
-            if cleaned is not value:
-                parent[key] = cleaned
-        elif isinstance(value, float):
+        kind = type(value)
+        if kind is str:
+            if not value.isascii():
+                cleaned = well_formed(value)
+                if cleaned is not value:
+                    parent[key] = cleaned
+        elif kind is float:
             if not math.isfinite(value):
-                raise ProxyError(
-                    400, "invalid_request", f"'{_name(path)}': {value} is not a JSON number", param=_name(path)
-                )
-        elif isinstance(value, (dict, list)):
-            if len(path) >= MAX_NESTING:
-                message = f"'{_name(path)}': JSON nested deeper than {MAX_NESTING} levels"
-                raise ProxyError(400, "invalid_request", message, param=_name(path))
-            if isinstance(value, dict):
+                name = _name(_path_to(root, value))
+                raise ProxyError(400, "invalid_request", f"'{name}': {value} is not a JSON number", param=name)
+        elif kind is dict or kind is list:
+            if depth >= MAX_NESTING:
+                name = _name(_path_to(root, value))
+                message = f"'{name}': JSON nested deeper than {MAX_NESTING} levels"
+                raise ProxyError(400, "invalid_request", message, param=name)
+            if kind is dict:
                 if not all(k.isascii() for k in value):
                     value = parent[key] = {well_formed(k): v for k, v in value.items()}
-                stack.extend((value, k, (*path, k)) for k in value)
+                stack.extend([(value, k, depth + 1) for k in value])
             else:
-                stack.extend((value, i, (*path, i)) for i in range(len(value)))
+                stack.extend([(value, i, depth + 1) for i in range(len(value))])
     return root[0]
+
+
+def _path_to(root: list[Any], target: Any) -> tuple[Any, ...]:
+    """The path of the first value that is `target` (by identity), in the order check_json_body visits."""
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(root[0], ())]
+    while stack:
+        value, path = stack.pop()
+        if value is target:
+            return path
+        if isinstance(value, dict):
+            stack.extend((v, (*path, k)) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, (*path, i)) for i, v in enumerate(value))
+    return ()
 
 
 def _name(path: tuple[Any, ...]) -> str:
