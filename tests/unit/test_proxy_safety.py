@@ -217,3 +217,39 @@ def test_streamed_blocks_in_the_other_dialects(stack):
         if part.function_call
     ]
     assert [c.name for c in calls] == ["bash"] and calls[0].args["command"].startswith("printf ")
+
+
+def test_hostile_tool_calls_follow_the_undecidable_default(stack, tmp_path):
+    """Huge, invalid, binary or deeply nested arguments never break a reply; they are undecidable, which the
+    default ("on") lets through and "strict" blocks."""
+    from harness_rl.proxy.gatekeeper import SafetySpec
+    from harness_rl.safety import SafetyConfig
+
+    nested = "echo hi"
+    for _ in range(10):  # past the gate's 8 levels of bash -c (each level doubles the escaping)
+        nested = f"bash -c {json.dumps(nested)}"
+    hostile = [
+        '{"command": "' + "x" * 200_000 + '"}',
+        "{not json",
+        json.dumps({"command": "\x00\xff\ud800 binary"}),
+        json.dumps({"command": nested}),
+        "[" * 5000 + "]" * 5000,
+    ]
+    calls = [
+        {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": a}} for i, a in enumerate(hostile)
+    ]
+    for mode, expect_blocked in (("allow", False), ("block", True)):
+        gate = ProxyGate(SafetyGate(SafetyConfig(undecidable=mode))).for_session(SafetySpec(workspace="/work/ws"))
+        reviewed = list(calls)
+        blocks = gate.review_tool_calls(reviewed, [BASH])
+        assert len(blocks) == (len(hostile) if expect_blocked else 0)
+        assert all(b.rule == "undecidable" for b in blocks)
+        assert (reviewed == calls) is not expect_blocked
+
+    # Through the running proxy ("on"): a shell nested past the analysis depth passes, and the reply is whole.
+    engine, proxy, admin, _ = stack
+    engine.reset([Reply(tool_calls=[("bash", {"command": nested})])])
+    key = new_session(admin, safety=SAFETY)
+    message = chat(proxy, key).chat.completions.create(model="m", messages=[USER], tools=[BASH]).choices[0].message
+    assert json.loads(message.tool_calls[0].function.arguments)["command"].startswith("bash -c")
+    assert trace(admin, key)["failures"] == []
