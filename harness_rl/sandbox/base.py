@@ -63,6 +63,10 @@ class SandboxLayout:
             path.mkdir(parents=True, exist_ok=True)
 
 
+class SandboxClosedError(RuntimeError):
+    """A run was asked of a sandbox after ``terminate_all``: the run is shutting down and starts nothing new."""
+
+
 @dataclass
 class ProcessResult:
     """How a sandboxed process ended.

@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from harness_rl.sandbox.base import ProcessResult, SandboxLayout
+from harness_rl.sandbox.base import ProcessResult, SandboxClosedError, SandboxLayout
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +87,7 @@ class DockerSandbox:
         self.read_only_root = read_only_root
         self._live: dict[str, subprocess.Popen] = {}
         self._live_lock = threading.Lock()
+        self._closed = False
 
     @property
     def isolation(self) -> str:
@@ -160,15 +161,17 @@ class DockerSandbox:
         name = self.container_name()
         cmd = self.command(argv, layout, name=name, env_names=sorted(inner_env))
         start = time.monotonic()
-        proc = subprocess.Popen(
-            [docker, *cmd[1:]],
-            env=client_env,
-            stdin=subprocess.DEVNULL,
-            stdout=stdout,
-            stderr=stderr,
-            start_new_session=True,
-        )
-        with self._live_lock:
+        with self._live_lock:  # see LocalSandbox.run: nothing starts once terminate_all has run
+            if self._closed:
+                raise SandboxClosedError("the sandbox is shut down (terminate_all ran); no new run is started")
+            proc = subprocess.Popen(
+                [docker, *cmd[1:]],
+                env=client_env,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                start_new_session=True,
+            )
             self._live[name] = proc
         timed_out = False
         try:
@@ -196,8 +199,10 @@ class DockerSandbox:
             logger.info("docker kill %s: %s", name, done.stderr.decode(errors="replace").strip())
 
     def terminate_all(self) -> list[int]:
-        """Kill every container in flight; called on shutdown. Returns the docker clients' PIDs."""
+        """Kill every container in flight; called on shutdown (later runs raise SandboxClosedError). Returns the
+        docker clients' PIDs."""
         with self._live_lock:
+            self._closed = True
             live = list(self._live.items())
         for name, proc in live:
             self._stop(name, proc)

@@ -39,7 +39,7 @@ from typing import IO
 
 import psutil
 
-from harness_rl.sandbox.base import ProcessResult, SandboxLayout
+from harness_rl.sandbox.base import ProcessResult, SandboxClosedError, SandboxLayout
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +124,7 @@ class LocalSandbox:
         # their wall-clock limits.
         self._live: dict[str, subprocess.Popen] = {}
         self._live_lock = threading.Lock()
+        self._closed = False
 
     @property
     def isolation(self) -> str:
@@ -184,16 +185,21 @@ class LocalSandbox:
             }
         )
         start = time.monotonic()
-        proc = subprocess.Popen(
-            self.command(argv, layout),
-            cwd=layout.workspace,
-            env=full_env,
-            stdin=subprocess.DEVNULL,
-            stdout=stdout,
-            stderr=stderr,
-            start_new_session=True,  # its own process group, so the whole group can be signalled
-        )
+        # Started and registered under the lock that terminate_all takes, so a rollout thread that reaches
+        # this point during a shutdown cannot start a harness after the shutdown stopped the others (it
+        # would then run to its wall-clock limit while the run waits for it).
         with self._live_lock:
+            if self._closed:
+                raise SandboxClosedError("the sandbox is shut down (terminate_all ran); no new run is started")
+            proc = subprocess.Popen(
+                self.command(argv, layout),
+                cwd=layout.workspace,
+                env=full_env,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                start_new_session=True,  # its own process group, so the whole group can be signalled
+            )
             self._live[marker] = proc
         timed_out = False
         try:
@@ -213,11 +219,13 @@ class LocalSandbox:
 
     def terminate_all(self) -> list[int]:
         """Stop every run in flight and whatever it started; called on shutdown (error, Ctrl-C, SIGTERM).
+        Later ``run`` calls raise SandboxClosedError.
 
         Returns:
             PIDs of the runs' main processes that were stopped.
         """
         with self._live_lock:
+            self._closed = True
             live = list(self._live.items())
         for marker, proc in live:
             self._terminate(proc)

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness_rl.sandbox import ContainerSandbox, Sandbox, SandboxLayout
+from harness_rl.sandbox import ContainerSandbox, Sandbox, SandboxClosedError, SandboxLayout
 from harness_rl.sandbox.docker import DockerSandbox
 
 IMAGE = "harness-rl/test-image:1"
@@ -136,4 +136,7 @@ def test_terminate_all_kills_containers_in_flight(tmp_path, fake_docker):
     assert len(sandbox.terminate_all()) == 1
     runner.join(30)
     assert not runner.is_alive() and results[0].returncode == 137 and not results[0].timed_out
+    assert [c["argv"][0] for c in calls(fake_docker)] == ["run", "kill"]
+    with pytest.raises(SandboxClosedError):  # nothing starts after the shutdown
+        sandbox.run(["true"], layout(tmp_path), env={}, timeout_s=5)
     assert [c["argv"][0] for c in calls(fake_docker)] == ["run", "kill"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness_rl.sandbox import LocalSandbox, SandboxLayout, base_env, bwrap_usable
+from harness_rl.sandbox import LocalSandbox, SandboxClosedError, SandboxLayout, base_env, bwrap_usable
 from tests.processes import DescendantWatcher
 
 MODES = [
@@ -122,6 +122,11 @@ def test_terminate_all_stops_runs_in_flight_at_once(tmp_path, use_bwrap):
     assert time.monotonic() - start < 10
     assert len(results) == 2
     assert watcher.alive() == []
+    # A rollout thread that only now reaches its harness start must not start one after the shutdown (it
+    # would run to its wall-clock limit while the run waits for it).
+    with pytest.raises(SandboxClosedError):
+        sb.run(["sleep", "300"], SandboxLayout.for_rollout(tmp_path / "late"), env=base_env(), timeout_s=120)
+    assert sb._live == {}
 
 
 @pytest.mark.parametrize("use_bwrap", MODES)
