@@ -160,6 +160,9 @@ def test_ctrl_c_mid_run_stops_every_process(tmp_path):
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        # A suite started in the background of a non-interactive shell inherits SIGINT ignored, and Python
+        # then installs no KeyboardInterrupt handler: give train.py the disposition a terminal's Ctrl-C meets.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 300
@@ -171,7 +174,11 @@ def test_ctrl_c_mid_run_stops_every_process(tmp_path):
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=120) == 130
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        if proc.poll() is None:  # the test failed: still stop what the run started (SIGTERM runs its cleanup)
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
     assert processes_mentioning(name) == []
     assert processes_mentioning(str(run_dir)) == []  # no harness or bwrap of this run is left
