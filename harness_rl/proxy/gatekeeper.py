@@ -91,7 +91,8 @@ class SessionGate:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def review_tool_calls(self, tool_calls: list[dict[str, Any]], request_tools: Any) -> list[Block]:
-        """Judges each call; replaces blocked ones in the list (new dicts, nothing is mutated)."""
+        """Judges each call and puts a defused copy in the list in place of each blocked one (the call dicts
+        themselves are left as they are: the capture shares them)."""
         blocks = []
         for i, call in enumerate(tool_calls):
             function = call.get("function") if isinstance(call.get("function"), dict) else {}
