@@ -27,16 +27,13 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness_rl.harnesses.base import ExitKind, HarnessNotInstalledError, HarnessOutcome
+from harness_rl.harnesses.base import ExitKind, HarnessOutcome
 from harness_rl.harnesses.common import CONFIG_DIR, fill_template, read_jsonl, tail
 from harness_rl.harnesses.install import (
     NPM_TOOLS,
-    install_command,
-    install_npm_tool,
-    npm_binary,
     npm_prefix,
-    read_npm_stamp,
 )
+from harness_rl.harnesses.installed import NpmInstalled
 from harness_rl.sandbox.base import Sandbox, SandboxLayout
 from harness_rl.sandbox.local import LocalSandbox, base_env
 
@@ -58,7 +55,7 @@ _TERMINAL_REASONS: dict[str, ExitKind] = {
 }
 
 
-class ClaudeCode:
+class ClaudeCode(NpmInstalled):
     """The claude-code harness.
 
     Args:
@@ -101,31 +98,6 @@ class ClaudeCode:
         self.bare = bare
         self.extra_args = tuple(extra_args)
         self._spec = NPM_TOOLS[self.name]
-
-    @property
-    def binary(self) -> Path:
-        """Path of the ``claude`` command in the shared npm prefix."""
-        return npm_binary(self._spec, self.tools)
-
-    def install(self) -> Path:
-        """See ``Harness.install``."""
-        return install_npm_tool(self._spec, self.tools)
-
-    def is_installed(self) -> bool:
-        """See ``Harness.is_installed``."""
-        return read_npm_stamp(self._spec, self.tools) is not None
-
-    def version(self) -> str:
-        """See ``Harness.version``."""
-        if not self.is_installed():
-            raise self._not_installed()
-        return self._spec.version
-
-    def _not_installed(self) -> HarnessNotInstalledError:
-        return HarnessNotInstalledError(
-            f"claude-code ({self._spec.requirement}) is not installed at {self.binary}; "
-            f"install it with: {install_command(self.name)}"
-        )
 
     def command(self, instruction: str, *, step_limit: int) -> list[str]:
         """The claude command line (without the sandbox wrapper)."""

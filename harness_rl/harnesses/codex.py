@@ -23,16 +23,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from string import Template
 
-from harness_rl.harnesses.base import ExitKind, HarnessNotInstalledError, HarnessOutcome
+from harness_rl.harnesses.base import ExitKind, HarnessOutcome
 from harness_rl.harnesses.common import CONFIG_DIR, read_jsonl, tail
 from harness_rl.harnesses.install import (
     NPM_TOOLS,
-    install_command,
-    install_npm_tool,
-    npm_binary,
     npm_prefix,
-    read_npm_stamp,
 )
+from harness_rl.harnesses.installed import NpmInstalled
 from harness_rl.sandbox.base import Sandbox, SandboxLayout
 from harness_rl.sandbox.local import LocalSandbox, base_env
 
@@ -48,7 +45,7 @@ ADDRESS_SPACE_BYTES = 4 << 30
 _TOOL_ITEMS = frozenset({"command_execution", "file_change", "mcp_tool_call", "web_search"})
 
 
-class Codex:
+class Codex(NpmInstalled):
     """The codex harness.
 
     Args:
@@ -85,31 +82,6 @@ class Codex:
         self.max_retries = max_retries
         self.extra_args = tuple(extra_args)
         self._spec = NPM_TOOLS[self.name]
-
-    @property
-    def binary(self) -> Path:
-        """Path of the ``codex`` command in the shared npm prefix."""
-        return npm_binary(self._spec, self.tools)
-
-    def install(self) -> Path:
-        """See ``Harness.install``."""
-        return install_npm_tool(self._spec, self.tools)
-
-    def is_installed(self) -> bool:
-        """See ``Harness.is_installed``."""
-        return read_npm_stamp(self._spec, self.tools) is not None
-
-    def version(self) -> str:
-        """See ``Harness.version``."""
-        if not self.is_installed():
-            raise self._not_installed()
-        return self._spec.version
-
-    def _not_installed(self) -> HarnessNotInstalledError:
-        return HarnessNotInstalledError(
-            f"codex ({self._spec.requirement}) is not installed at {self.binary}; "
-            f"install it with: {install_command(self.name)}"
-        )
 
     def config(self, *, base_url: str) -> str:
         """The per-rollout ``config.toml`` text."""

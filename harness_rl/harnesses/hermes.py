@@ -28,9 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
-from harness_rl.harnesses.base import ExitKind, HarnessNotInstalledError, HarnessOutcome
+from harness_rl.harnesses.base import ExitKind, HarnessOutcome
 from harness_rl.harnesses.common import CONFIG_DIR, tail
-from harness_rl.harnesses.install import PYTHON_TOOLS, install_command, install_python_tool, read_stamp, venv_dir
+from harness_rl.harnesses.install import PYTHON_TOOLS, venv_dir
+from harness_rl.harnesses.installed import VenvInstalled
 from harness_rl.sandbox.base import Sandbox, SandboxLayout
 from harness_rl.sandbox.local import LocalSandbox, base_env
 
@@ -44,7 +45,7 @@ MIN_CONTEXT_LENGTH = 64_000
 _TURN_ENDED = re.compile(r"Turn ended: reason=(\S+)")
 
 
-class Hermes:
+class Hermes(VenvInstalled):
     """The hermes-agent harness.
 
     Args:
@@ -84,31 +85,6 @@ class Hermes:
         self.max_retries = max_retries
         self.extra_args = tuple(extra_args)
         self._spec = PYTHON_TOOLS[self.name]
-
-    @property
-    def binary(self) -> Path:
-        """Path of the ``hermes`` executable in the harness venv."""
-        return venv_dir(self._spec, self.tools) / "bin" / self._spec.binary
-
-    def install(self) -> Path:
-        """See ``Harness.install``."""
-        return install_python_tool(self._spec, self.tools)
-
-    def is_installed(self) -> bool:
-        """See ``Harness.is_installed``."""
-        return read_stamp(self._spec, self.tools) is not None
-
-    def version(self) -> str:
-        """See ``Harness.version``."""
-        if not self.is_installed():
-            raise self._not_installed()
-        return self._spec.requirement.split("==", 1)[1]
-
-    def _not_installed(self) -> HarnessNotInstalledError:
-        return HarnessNotInstalledError(
-            f"hermes ({self._spec.requirement}) is not installed at {self.binary}; "
-            f"install it with: {install_command(self.name)}"
-        )
 
     def config(self, *, base_url: str) -> str:
         """The per-rollout ``config.yaml`` text."""

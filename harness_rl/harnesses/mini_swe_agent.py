@@ -18,14 +18,12 @@ from typing import Any, Literal
 
 import yaml
 
-from harness_rl.harnesses.base import ExitKind, HarnessNotInstalledError, HarnessOutcome
+from harness_rl.harnesses.base import ExitKind, HarnessOutcome
 from harness_rl.harnesses.install import (
     PYTHON_TOOLS,
-    install_command,
-    install_python_tool,
-    read_stamp,
     venv_dir,
 )
+from harness_rl.harnesses.installed import VenvInstalled
 from harness_rl.sandbox.base import Sandbox, SandboxLayout
 from harness_rl.sandbox.local import LocalSandbox, base_env
 
@@ -41,7 +39,7 @@ _EXIT_KINDS: dict[str, ExitKind] = {
 }
 
 
-class MiniSweAgent:
+class MiniSweAgent(VenvInstalled):
     """The mini-swe-agent harness.
 
     Args:
@@ -90,31 +88,6 @@ class MiniSweAgent:
         self.command_timeout_s = command_timeout_s
         self.extra_config = tuple(extra_config)
         self._spec = PYTHON_TOOLS[self.name]
-
-    @property
-    def binary(self) -> Path:
-        """Path of the ``mini`` executable in the harness venv."""
-        return venv_dir(self._spec, self.tools) / "bin" / self._spec.binary
-
-    def install(self) -> Path:
-        """See ``Harness.install``."""
-        return install_python_tool(self._spec, self.tools)
-
-    def is_installed(self) -> bool:
-        """See ``Harness.is_installed``."""
-        return read_stamp(self._spec, self.tools) is not None
-
-    def version(self) -> str:
-        """See ``Harness.version``."""
-        if not self.is_installed():
-            raise self._not_installed()
-        return self._spec.requirement.split("==", 1)[1]
-
-    def _not_installed(self) -> HarnessNotInstalledError:
-        return HarnessNotInstalledError(
-            f"mini-swe-agent ({self._spec.requirement}) is not installed at {self.binary}; "
-            f"install it with: {install_command(self.name)}"
-        )
 
     def command(self, instruction: str, *, base_url: str, api_key: str, step_limit: int, trajectory: Path) -> list[str]:
         """The mini command line (without the sandbox wrapper)."""

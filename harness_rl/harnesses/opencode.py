@@ -32,11 +32,11 @@ from harness_rl.harnesses.install import (
     install_command,
     install_npm_into,
     install_npm_tool,
-    npm_binary,
     npm_prefix,
     read_npm_stamp,
     tools_dir,
 )
+from harness_rl.harnesses.installed import NpmInstalled
 from harness_rl.proxy.relay import BUDGET_MESSAGE
 from harness_rl.sandbox.base import Sandbox, SandboxLayout
 from harness_rl.sandbox.local import LocalSandbox, base_env
@@ -49,7 +49,7 @@ PROVIDER = "harness-rl"
 PLUGIN_REQUIREMENT = "@opencode-ai/plugin@1.18.33"
 
 
-class OpenCode:
+class OpenCode(NpmInstalled):
     """The opencode harness.
 
     Args:
@@ -89,11 +89,6 @@ class OpenCode:
         self._spec = NPM_TOOLS[self.name]
 
     @property
-    def binary(self) -> Path:
-        """Path of the ``opencode`` executable in the shared npm prefix."""
-        return npm_binary(self._spec, self.tools)
-
-    @property
     def config_template(self) -> Path:
         """The template ``~/.config/opencode`` with the plugin SDK preinstalled."""
         return (self.tools or tools_dir()) / "opencode-home" / ".config" / "opencode"
@@ -110,12 +105,6 @@ class OpenCode:
 
     def _template_ready(self) -> bool:
         return (self.config_template / "node_modules" / "@opencode-ai" / "plugin" / "package.json").exists()
-
-    def version(self) -> str:
-        """See ``Harness.version``."""
-        if not self.is_installed():
-            raise self._not_installed()
-        return self._spec.version
 
     def _not_installed(self) -> HarnessNotInstalledError:
         return HarnessNotInstalledError(

@@ -17,16 +17,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from harness_rl.harnesses.base import ExitKind, HarnessNotInstalledError, HarnessOutcome
+from harness_rl.harnesses.base import ExitKind, HarnessOutcome
 from harness_rl.harnesses.common import CONFIG_DIR, NODE_ADDRESS_SPACE_BYTES, read_jsonl, tail, write_json_template
 from harness_rl.harnesses.install import (
     NPM_TOOLS,
-    install_command,
-    install_npm_tool,
-    npm_binary,
     npm_prefix,
-    read_npm_stamp,
 )
+from harness_rl.harnesses.installed import NpmInstalled
 from harness_rl.proxy.relay import BUDGET_MESSAGE
 from harness_rl.sandbox.base import Sandbox, SandboxLayout
 from harness_rl.sandbox.local import LocalSandbox, base_env
@@ -40,7 +37,7 @@ PROVIDER = "harness-rl"
 API_KEY_ENV = "HARNESS_RL_API_KEY"
 
 
-class Pi:
+class Pi(NpmInstalled):
     """The pi harness.
 
     Args:
@@ -82,31 +79,6 @@ class Pi:
         self.compaction = compaction
         self.max_retries = max_retries
         self._spec = NPM_TOOLS[self.name]
-
-    @property
-    def binary(self) -> Path:
-        """Path of the ``pi`` executable in the shared npm prefix."""
-        return npm_binary(self._spec, self.tools)
-
-    def install(self) -> Path:
-        """See ``Harness.install``."""
-        return install_npm_tool(self._spec, self.tools)
-
-    def is_installed(self) -> bool:
-        """See ``Harness.is_installed``."""
-        return read_npm_stamp(self._spec, self.tools) is not None
-
-    def version(self) -> str:
-        """See ``Harness.version``."""
-        if not self.is_installed():
-            raise self._not_installed()
-        return self._spec.version
-
-    def _not_installed(self) -> HarnessNotInstalledError:
-        return HarnessNotInstalledError(
-            f"pi ({self._spec.requirement}) is not installed at {self.binary}; "
-            f"install it with: {install_command(self.name)}"
-        )
 
     def write_config(self, agent_dir: Path, *, base_url: str) -> None:
         """Write ``models.json`` and ``settings.json`` into pi's agent directory for one rollout."""
