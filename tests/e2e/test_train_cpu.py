@@ -5,7 +5,6 @@ trainer reproduces the engine's log-probs at step 0, LoRA weights move, and no p
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import uuid
@@ -17,27 +16,15 @@ import torch
 from safetensors.torch import load_file
 
 from harness_rl.proxy.export import read_trace_jsonl
+from tests.e2e.conftest import TRAIN_STEPS, run_train
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.harness]
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = 2
+STEPS = TRAIN_STEPS  # the session-scoped `train_run` fixture (tests/e2e/conftest.py) trains this many steps
 #: fp32 trainer vs fp32 vLLM CPU: the same weights and math, different kernels (oneDNN GEMMs, a paged
 #: attention kernel, different summation order); measured max |diff| is ~1e-3 nats over a few thousand tokens.
 LOGPROB_TOLERANCE = 2e-2
-
-
-def run_train(*overrides: str, timeout: float = 1500) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_SILENT": "true"}
-    return subprocess.run(
-        [sys.executable, "train.py", *overrides],
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def error_lines(done: subprocess.CompletedProcess) -> list[str]:
@@ -55,18 +42,6 @@ def processes_mentioning(marker: str) -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return found
-
-
-@pytest.fixture(scope="module")
-def train_run(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("e2e") / "run"
-    name = f"e2e-{uuid.uuid4().hex[:8]}"
-    done = run_train(
-        f"run_dir={run_dir}", f"model.name={name}", f"trainer.max_steps={STEPS}", "logger.wandb.mode=offline"
-    )
-    print(done.stdout[-5000:], done.stderr[-8000:])
-    assert done.returncode == 0, done.stderr[-8000:]
-    return run_dir, name
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
