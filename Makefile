@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed-cpu
 
-.PHONY: install system-deps model harnesses train test test-unit lint bench
+.PHONY: install system-deps model harnesses repo-sdists train test test-unit lint bench
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -37,13 +37,18 @@ model: install
 harnesses: install
 	$(PY) -m harness_rl.harnesses install
 
+# The repository task source builds from source distributions of a pinned list of projects (sha256-checked),
+# fetched once from the package registry into ~/.cache/harness-rl/repo (or $$HRL_REPO_CACHE); builds are offline.
+repo-sdists: install
+	$(PY) -m harness_rl.envs.sources.repo fetch
+
 train: install system-deps model harnesses
 	$(PY) train.py $(ARGS)
 
-test: install system-deps model harnesses
+test: install system-deps model harnesses repo-sdists
 	$(PY) -m pytest $(ARGS)
 
-test-unit: install
+test-unit: install repo-sdists
 	$(PY) -m pytest tests/unit $(ARGS)
 
 lint: install
