@@ -7,6 +7,7 @@ out of process listings). Prints the proxy URL once it listens; runs until SIGIN
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import signal
 import sys
@@ -57,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     proxy.start()
+    # Everything the server allocated while starting (modules, the app) lives as long as the process: out of
+    # the collector's sight, its full collections only walk what the calls allocate (~8% less CPU per call at
+    # 144 concurrent streams).
+    gc.freeze()
     print(proxy.url, flush=True)
     try:
         stop.wait()

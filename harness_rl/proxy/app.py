@@ -20,6 +20,8 @@ from harness_rl.proxy.models_api import ContextLength, models_routes
 from harness_rl.proxy.relay import BUDGET_MESSAGE, Relay
 from harness_rl.proxy.sessions import SessionStore
 from harness_rl.proxy.upstream import DEFAULT_TIMEOUT, Upstream
+from harness_rl.proxy.upstream_aiohttp import AiohttpUpstream
+from harness_rl.proxy.upstream_httpx import HttpxUpstream
 
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 
@@ -47,8 +49,9 @@ def create_app(
         max_body_bytes: larger client bodies are refused with 413.
         budget_message: the assistant text that answers calls past a session's request budget.
         dialects: codecs to serve (default: all implemented).
-        upstream_timeout: httpx timeouts for engine calls.
-        upstream_transport: custom httpx transport for the engine (tests).
+        upstream_timeout: timeouts for engine calls (connect, read and pool apply to both clients).
+        upstream_transport: an httpx transport for the engine (tests); without one the proxy reaches the engine
+            with aiohttp (see proxy/upstream.py).
         sessions: an existing store to share (default: a fresh one, exposed as app.state.sessions).
         context_length: the engine's context length for the model listings (default: ask the engine once).
         safety_gate: the run's safety gate; sessions registered with a ``safety`` spec are inspected by it
@@ -62,7 +65,11 @@ def create_app(
     if not base_model:
         raise ValueError("base_model must be non-empty")
     sessions = sessions if sessions is not None else SessionStore()
-    upstream = Upstream(engine_url, timeout=upstream_timeout, transport=upstream_transport)
+    upstream: Upstream = (
+        HttpxUpstream(engine_url, timeout=upstream_timeout, transport=upstream_transport)
+        if upstream_transport is not None
+        else AiohttpUpstream(engine_url, timeout=upstream_timeout)
+    )
     relay = Relay(
         sessions,
         upstream,

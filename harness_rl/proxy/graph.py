@@ -8,12 +8,17 @@ sub-agents and context compaction as new roots. Every root-to-leaf path is one t
 Linking is near-linear: each node's prompt+completion is indexed by (length, polynomial prefix hash), and
 a new prompt's prefix hashes for every length come from one vectorized pass, so finding the parent is a
 dictionary lookup per distinct indexed length plus one exact comparison to rule out hash collisions.
+
+Token ids and log-probs are kept as typed arrays (4 and 8 bytes an entry) rather than Python lists (about 36
+bytes a token id: a pointer plus an int object): a finished 20-turn agent session held 2.4 MB as lists.
 """
 
 from __future__ import annotations
 
 import bisect
 import threading
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,13 +53,14 @@ class _PrefixHasher:
 
 @dataclass
 class Node:
-    """One model call as recorded by the proxy (field names are the trace JSON's)."""
+    """One model call as recorded by the proxy (field names are the trace JSON's; token ids are int32 arrays
+    and log-probs float64 arrays, lists in `to_json`)."""
 
     id: int
     parent: int | None
-    prompt_token_ids: list[int]
-    completion_token_ids: list[int]
-    completion_logprobs: list[float]
+    prompt_token_ids: array
+    completion_token_ids: array
+    completion_logprobs: array
     finish_reason: str | None
     tool_calls: list[dict[str, Any]]
     dialect: str
@@ -72,9 +78,9 @@ class Node:
         return {
             "id": self.id,
             "parent": self.parent,
-            "prompt_token_ids": self.prompt_token_ids,
-            "completion_token_ids": self.completion_token_ids,
-            "completion_logprobs": self.completion_logprobs,
+            "prompt_token_ids": self.prompt_token_ids.tolist(),
+            "completion_token_ids": self.completion_token_ids.tolist(),
+            "completion_logprobs": self.completion_logprobs.tolist(),
             "finish_reason": self.finish_reason,
             "tool_calls": self.tool_calls,
             "dialect": self.dialect,
@@ -98,7 +104,6 @@ class RolloutGraph:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._nodes: list[Node] = []
-        self._full: dict[int, np.ndarray] = {}  # node id -> prompt+completion ids
         self._index: dict[tuple[int, int], list[int]] = {}  # (length, hash) -> node ids, oldest first
         self._lengths: list[int] = []  # sorted distinct indexed lengths
         self._hasher = _PrefixHasher()
@@ -114,9 +119,9 @@ class RolloutGraph:
     def add(
         self,
         *,
-        prompt_token_ids: list[int],
-        completion_token_ids: list[int],
-        completion_logprobs: list[float],
+        prompt_token_ids: Sequence[int],
+        completion_token_ids: Sequence[int],
+        completion_logprobs: Sequence[float],
         finish_reason: str | None,
         tool_calls: list[dict[str, Any]] | None = None,
         dialect: str,
@@ -131,19 +136,22 @@ class RolloutGraph:
         """Records one call, links it to its parent and indexes it; returns the node.
 
         Raises:
-            ValueError: if completion ids and log-probs differ in length (they must align one to one).
+            ValueError: if completion ids and log-probs differ in length (they must align one to one), or a
+                token id is not an integer in int32 range.
         """
         if len(completion_token_ids) != len(completion_logprobs):
             raise ValueError(
                 f"{len(completion_token_ids)} completion token ids but {len(completion_logprobs)} log-probs"
             )
+        prompt, completion = token_array(prompt_token_ids), token_array(completion_token_ids)
+        logprobs = array("d", completion_logprobs)
         with self._lock:
             node = Node(
                 id=len(self._nodes),
                 parent=None,
-                prompt_token_ids=list(prompt_token_ids),
-                completion_token_ids=list(completion_token_ids),
-                completion_logprobs=[float(x) for x in completion_logprobs],
+                prompt_token_ids=prompt,
+                completion_token_ids=completion,
+                completion_logprobs=logprobs,
                 finish_reason=finish_reason,
                 tool_calls=list(tool_calls or []),
                 dialect=dialect,
@@ -157,32 +165,41 @@ class RolloutGraph:
             )
             # Budget answers never reached the engine: no tokens to link or train on.
             if not budget_exhausted:
-                prompt = np.asarray(node.prompt_token_ids, dtype=np.int64)
-                node.parent = self._find_parent(prompt)
-                self._index_node(node.id, np.concatenate([prompt, np.asarray(node.completion_token_ids, np.int64)]))
+                full = np.frombuffer(prompt + completion, dtype=np.int32)
+                # One pass hashes every prefix of prompt+completion: the prompt's prefixes find the parent,
+                # the whole sequence's hash indexes this node.
+                hashes = self._hasher.prefix_hashes(full) if len(full) else full
+                node.parent = self._find_parent(full[: len(prompt)], hashes)
+                self._index_node(node, hashes)
             self._nodes.append(node)
             return node
 
-    def _find_parent(self, prompt: np.ndarray) -> int | None:
+    def _find_parent(self, prompt: np.ndarray, hashes: np.ndarray) -> int | None:
         if len(prompt) == 0 or not self._lengths:
             return None
-        hashes = self._hasher.prefix_hashes(prompt)
         # Longest indexed length first; the first verified match is the longest prefix.
         for length in reversed(self._lengths[: bisect.bisect_right(self._lengths, len(prompt))]):
             for node_id in reversed(self._index.get((length, int(hashes[length - 1])), ())):
-                if np.array_equal(self._full[node_id], prompt[:length]):
+                if self._is_prefix(self._nodes[node_id], prompt[:length]):
                     return node_id
         return None
 
-    def _index_node(self, node_id: int, full: np.ndarray) -> None:
-        if len(full) == 0:
+    @staticmethod
+    def _is_prefix(node: Node, ids: np.ndarray) -> bool:
+        """Whether node's prompt+completion equals `ids` (same length), compared part by part."""
+        n_prompt = len(node.prompt_token_ids)
+        return np.array_equal(np.frombuffer(node.prompt_token_ids, dtype=np.int32), ids[:n_prompt]) and (
+            np.array_equal(np.frombuffer(node.completion_token_ids, dtype=np.int32), ids[n_prompt:])
+        )
+
+    def _index_node(self, node: Node, hashes: np.ndarray) -> None:
+        length = len(hashes)
+        if length == 0:
             return
-        self._full[node_id] = full
-        key = (len(full), int(self._hasher.prefix_hashes(full)[-1]))
-        self._index.setdefault(key, []).append(node_id)
-        pos = bisect.bisect_left(self._lengths, len(full))
-        if pos == len(self._lengths) or self._lengths[pos] != len(full):
-            self._lengths.insert(pos, len(full))
+        self._index.setdefault((length, int(hashes[-1])), []).append(node.id)
+        pos = bisect.bisect_left(self._lengths, length)
+        if pos == len(self._lengths) or self._lengths[pos] != length:
+            self._lengths.insert(pos, length)
 
     def sequences(self) -> list[dict[str, Any]]:
         """Root-to-leaf training sequences over the engine-answered nodes.
@@ -205,19 +222,30 @@ class RolloutGraph:
                 path.append(by_id[path[-1].parent])
             path.reverse()
             input_ids = leaf.prompt_token_ids + leaf.completion_token_ids
-            loss_mask = [0] * len(input_ids)
-            logprobs = [0.0] * len(input_ids)
+            loss_mask = np.zeros(len(input_ids), dtype=np.int8)
+            logprobs = np.zeros(len(input_ids), dtype=np.float64)
             for node in path:
-                start = len(node.prompt_token_ids)
-                for offset, logprob in enumerate(node.completion_logprobs):
-                    loss_mask[start + offset] = 1
-                    logprobs[start + offset] = logprob
+                start, n = len(node.prompt_token_ids), len(node.completion_logprobs)
+                loss_mask[start : start + n] = 1
+                logprobs[start : start + n] = np.frombuffer(node.completion_logprobs, dtype=np.float64)
             out.append(
                 {
                     "node_ids": [n.id for n in path],
-                    "input_ids": input_ids,
-                    "loss_mask": loss_mask,
-                    "logprobs": logprobs,
+                    "input_ids": input_ids.tolist(),
+                    "loss_mask": loss_mask.tolist(),
+                    "logprobs": logprobs.tolist(),
                 }
             )
         return out
+
+
+def token_array(ids: Sequence[int]) -> array:
+    """Token ids as an int32 array (a copy).
+
+    Raises:
+        ValueError: if an id is not an integer in int32 range (no tokenizer has 2**31 tokens).
+    """
+    try:
+        return array("i", ids)
+    except (TypeError, OverflowError) as exc:
+        raise ValueError(f"token ids must be integers in int32 range: {exc}") from exc

@@ -12,22 +12,25 @@ context length is read once from the engine's own /v1/models card (vLLM reports 
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import Any
 
-import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from harness_rl.proxy.dialects.openai_chat import bearer_token
 from harness_rl.proxy.sessions import Session, SessionStore
-from harness_rl.proxy.upstream import Upstream
+from harness_rl.proxy.upstream import Upstream, UpstreamError
 
 log = logging.getLogger(__name__)
 
 MODELS_PATH = "/v1/models"
+# One creation time for every card this process serves: a listing fetched twice must read the same (a per-call
+# time.time() made two fetches straddling a second boundary differ).
+_CREATED = int(time.time())
 
 
 class ContextLength:
@@ -45,10 +48,11 @@ class ContextLength:
 
     async def _ask_engine(self) -> int | None:
         try:
-            resp = await self._upstream.client.get(MODELS_PATH)
-            resp.raise_for_status()
-            cards = resp.json().get("data") or []
-        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            status, content = await self._upstream.get(MODELS_PATH)
+            if status != 200:
+                raise UpstreamError(f"HTTP {status}")
+            cards = json.loads(content).get("data") or []
+        except (UpstreamError, ValueError, AttributeError) as exc:
             log.warning("could not read the engine's context length: %r", exc)
             return None
         lengths = [c.get("max_model_len") for c in cards if isinstance(c, dict) and c.get("max_model_len")]
@@ -57,7 +61,7 @@ class ContextLength:
 
 def model_card(model_id: str, *, context_length: int | None, max_output_tokens: int | None) -> dict[str, Any]:
     """One model entry, readable both as an OpenAI model object and as an OpenRouter one."""
-    card: dict[str, Any] = {"id": model_id, "object": "model", "created": int(time.time()), "owned_by": "harness-rl"}
+    card: dict[str, Any] = {"id": model_id, "object": "model", "created": _CREATED, "owned_by": "harness-rl"}
     if context_length is not None:
         card["context_length"] = context_length  # OpenRouter / hermes
         card["max_model_len"] = context_length  # vLLM

@@ -15,17 +15,18 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio
-import httpx
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from harness_rl.proxy import fast_json
 from harness_rl.proxy.capture import CallCapture, CaptureError
 from harness_rl.proxy.dialects.base import DecodedRequest, Dialect
 from harness_rl.proxy.errors import ProxyError
 from harness_rl.proxy.gatekeeper import Block, StreamHold, TextBlock
 from harness_rl.proxy.sampling import apply_sampling_policy
 from harness_rl.proxy.sessions import Session, SessionStore
-from harness_rl.proxy.upstream import CHAT_PATH, Upstream
+from harness_rl.proxy.upstream import CHAT_PATH, Upstream, UpstreamError, UpstreamStream
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ class Relay:
             if len(raw) > self.max_body_bytes:
                 raise ProxyError(413, "payload_too_large", f"Request body over {self.max_body_bytes} bytes.")
         try:
-            return json.loads(raw)
+            return fast_json.loads(raw)
         except (ValueError, RecursionError) as exc:
             # ValueError covers UnicodeDecodeError; RecursionError: nesting deeper than the parser's recursion
             # limit (e.g. "[" * 100_000).
@@ -118,20 +119,27 @@ class Relay:
     ) -> Response:
         t_start = time.time()
         try:
-            resp = await self.upstream.post_json(CHAT_PATH, body)
-        except httpx.HTTPError as exc:
+            status, content = await self.upstream.post_json(CHAT_PATH, body)
+        except UpstreamError as exc:
             return _upstream_unreachable(session, dialect, exc)
-        if resp.status_code != 200:
-            return _upstream_refused(session, dialect, resp.status_code, resp.content)
+        if status != 200:
+            return _upstream_refused(session, dialect, status, content)
         try:
-            data = resp.json()
+            data = fast_json.loads(content)
         except ValueError:
-            session.record_failure("upstream_error", "engine sent a non-JSON reply", status=resp.status_code)
+            session.record_failure("upstream_error", "engine sent a non-JSON reply", status=status)
             return _error_response(dialect, ProxyError(502, "upstream_error", "Engine sent a non-JSON reply."))
         capture = CallCapture.from_response(data)
         blocks = _review_reply(session, data, body.get("tools"))
-        self._record(session, dialect, capture, model, t_start, dropped, blocks)
-        return JSONResponse(dialect.encode_response(data, req))
+        t_end = time.time()
+
+        async def record() -> None:
+            self._record(session, dialect, capture, model, t_start, dropped, blocks, t_end=t_end)
+
+        # Recorded right after the reply is written, so the client does not wait for the graph. Nothing else runs
+        # on the event loop in between (writing the last part of a response and recording do not yield to it), so
+        # no later call of the session, and no trace request, can see the session without this call.
+        return JSONResponse(dialect.encode_response(data, req), background=BackgroundTask(record))
 
     async def _stream(
         self,
@@ -145,7 +153,7 @@ class Relay:
         t_start = time.time()
         try:
             resp = await self.upstream.open_stream(CHAT_PATH, body)
-        except httpx.HTTPError as exc:
+        except UpstreamError as exc:
             return _upstream_unreachable(session, dialect, exc)
         if resp.status_code != 200:
             # Refusals come before any event, so the client still gets a proper HTTP error status.
@@ -170,7 +178,7 @@ class Relay:
                             done = True
                             break
                         try:
-                            chunk = json.loads(data)
+                            chunk = fast_json.loads(data)
                             if chunk.get("error") and not chunk.get("choices"):
                                 error = f"engine error mid-stream: {_error_message(chunk)}"
                                 break
@@ -189,7 +197,9 @@ class Relay:
                         raise failure
                     if done or error is not None:
                         break
-            except (httpx.HTTPError, ValueError) as exc:
+            except UpstreamError as exc:
+                error = f"engine stream failed: {exc}"
+            except ValueError as exc:
                 error = f"engine stream failed: {exc!r}"
             except (GeneratorExit, asyncio.CancelledError):
                 # The client went away (the server cancels this generator): the call is lost to training.
@@ -226,6 +236,7 @@ class Relay:
         t_start: float,
         dropped: list[str],
         blocks: Sequence[Block | TextBlock] = (),
+        t_end: float | None = None,
     ) -> None:
         try:
             capture.validate()
@@ -234,6 +245,23 @@ class Relay:
             session.record_failure(exc.kind, str(exc), t_start=t_start, finish_reason=capture.finish_reason)
             log.warning("session %s: call not captured: %s", session.key, exc)
             return
+        try:
+            self._add_node(session, dialect, capture, model, t_start, dropped, blocks, t_end)
+        except ValueError as exc:  # token ids that are not int32 integers; no tokenizer has 2**31 tokens
+            session.record_failure("bad_token_ids", str(exc), t_start=t_start, finish_reason=capture.finish_reason)
+            log.warning("session %s: call not captured: %s", session.key, exc)
+
+    @staticmethod
+    def _add_node(
+        session: Session,
+        dialect: Dialect,
+        capture: CallCapture,
+        model: str,
+        t_start: float,
+        dropped: list[str],
+        blocks: Sequence[Block | TextBlock],
+        t_end: float | None,
+    ) -> None:
         session.graph.add(
             prompt_token_ids=capture.prompt_token_ids or [],
             completion_token_ids=capture.completion_token_ids or [],
@@ -243,7 +271,7 @@ class Relay:
             dialect=dialect.name,
             model=model,
             t_start=t_start,
-            t_end=time.time(),
+            t_end=time.time() if t_end is None else t_end,
             usage=capture.usage,
             dropped_params=dropped,
             blocked=[block.to_json() for block in blocks],
@@ -276,11 +304,11 @@ class Relay:
         return StreamingResponse(events(), media_type="text/event-stream", headers=_SSE_HEADERS)
 
 
-async def _sse_data_batches(resp: httpx.Response) -> AsyncIterator[list[bytes]]:
+async def _sse_data_batches(resp: UpstreamStream) -> AsyncIterator[list[bytes]]:
     """The `data:` payloads of a server-sent event stream, one list per network read.
 
-    Splits bytes itself rather than using httpx's aiter_lines, which decodes every read to text first;
-    json.loads takes the bytes as they are.
+    Splits bytes itself rather than using a line iterator that decodes every read to text first; the JSON
+    parser takes the bytes as they are.
     """
     pending = b""
     async for part in resp.aiter_bytes():
@@ -322,8 +350,8 @@ def _error_message(payload: Any) -> str:
     return str(payload)[:2000]
 
 
-def _upstream_unreachable(session: Session, dialect: Dialect, exc: httpx.HTTPError) -> Response:
-    message = f"Engine unreachable: {exc!r}"
+def _upstream_unreachable(session: Session, dialect: Dialect, exc: UpstreamError) -> Response:
+    message = f"Engine unreachable: {exc}"
     session.record_failure("upstream_unreachable", message, status=None)
     return _error_response(dialect, ProxyError(502, "upstream_error", message))
 

@@ -26,8 +26,18 @@ class UvicornThread:
         self.port = port
         # Clients' pools (httpx's default: 5 s) must drop an idle connection before the server does, or a
         # request sent on it as the server closes it fails; uvicorn's default keep-alive is 5 s too.
+        # uvicorn picks httptools and uvloop when they are installed (they are, with vLLM). Per request it would
+        # also run X-Forwarded-* handling (no client of this server is behind another proxy) and call the
+        # access logger even when the log level drops its records; neither is needed.
         self._config = uvicorn.Config(
-            app, host=host, port=port, log_level=log_level, lifespan="on", timeout_keep_alive=KEEP_ALIVE_S
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            lifespan="on",
+            timeout_keep_alive=KEEP_ALIVE_S,
+            proxy_headers=False,
+            access_log=log_level in ("trace", "debug", "info"),
         )
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None

@@ -121,3 +121,19 @@ def test_500_call_session_links_quickly():
     assert max(len(s["node_ids"]) for s in chain) == 500
     # About 0.4 s here; comparing each new prompt with every earlier call would take far longer.
     assert elapsed < 3.0, f"linking 550 calls took {elapsed:.2f}s"
+
+
+def test_token_ids_outside_int32_are_rejected():
+    for bad in ([2**31], [-(2**31) - 1], ["7"], [1.5]):
+        with pytest.raises(ValueError, match="int32"):
+            add(RolloutGraph(), bad, [1])
+
+
+def test_nodes_keep_typed_arrays_and_serialize_to_lists():
+    g = RolloutGraph()
+    node = add(g, [1, 2, 2**31 - 1], [4, 5])
+    assert node.prompt_token_ids.itemsize == 4 and node.completion_logprobs.itemsize == 8
+    out = node.to_json()
+    assert out["prompt_token_ids"] == [1, 2, 2**31 - 1] and out["completion_token_ids"] == [4, 5]
+    assert out["completion_logprobs"] == pytest.approx([-0.1, -0.2])
+    assert all(type(v) is list for v in (out["prompt_token_ids"], out["completion_logprobs"]))

@@ -44,9 +44,12 @@ def check_json_body(body: Any) -> Any:
     Raises:
         ProxyError: 400 naming the first value that is NaN/Infinity or nested deeper than MAX_NESTING.
     """
-    # Runs on every request, so the walk carries depths, not paths (building a path tuple per value cost
-    # more than the rest of a chat request's decoding); the path is looked up only to name a refused value.
     root = [body]
+    if _clean_fast(root):
+        return root[0]
+    # The careful walk: also rebuilds dicts with non-ASCII keys, and names the first refused value in a
+    # stable order. Runs on every request, so it carries depths, not paths (building a path tuple per value
+    # cost more than the rest of a chat request's decoding); the path is looked up only to name a refused value.
     stack: list[tuple[Any, Any, int]] = [(root, 0, 0)]
     while stack:
         parent, key, depth = stack.pop()
@@ -73,6 +76,37 @@ def check_json_body(body: Any) -> Any:
             else:
                 stack.extend([(value, i, depth + 1) for i in range(len(value))])
     return root[0]
+
+
+def _clean_fast(root: list[Any]) -> bool:
+    """What check_json_body does for an ordinary body, at about half the cost: strings are made well-formed in
+    place and every number and nesting level is checked, visiting only containers (leaves are checked where
+    they sit). Returns False, leaving the rest to the careful walk, at the first non-ASCII dict key, NaN or
+    infinity, or container nested too deep.
+    """
+    stack: list[tuple[Any, int]] = [(root, -1)]
+    while stack:
+        container, depth = stack.pop()
+        if type(container) is dict:
+            if not all(k.isascii() for k in container):
+                return False
+            items = container.items()
+        else:
+            items = enumerate(container)
+        for key, value in items:
+            kind = type(value)
+            if kind is str:
+                if not value.isascii():
+                    cleaned = well_formed(value)
+                    if cleaned is not value:
+                        container[key] = cleaned  # replaces a value: the dict's size does not change
+            elif kind is dict or kind is list:
+                if depth + 1 >= MAX_NESTING:
+                    return False
+                stack.append((value, depth + 1))
+            elif kind is float and not math.isfinite(value):
+                return False
+    return True
 
 
 def _path_to(root: list[Any], target: Any) -> tuple[Any, ...]:
