@@ -1,7 +1,9 @@
-"""Built-in verifier checks, run as ``python -m harness_rl.envs.checks <check> ...`` in the workspace.
+"""Built-in verifier checks, run as ``python -I -m harness_rl.envs.checks <check> ...`` in the workspace.
 
-Each prints one JSON line ``{"score": x}`` and exits 0; any other ending means the check itself failed
-(the rollout is then unscorable, not wrong).
+Each prints one JSON line ``{"score": x}`` and exits 0; with ``--reward-file F`` it also writes ``{"reward": x}``
+to F (a task's test.sh passes ``$HRL_LOGS_DIR/reward.json``). Any other ending means the check itself failed
+(the rollout is then unscorable, not wrong). ``-I`` matters: the working directory is the agent's workspace,
+and without it a file the agent left there (``harness_rl/...``) could shadow this module.
 """
 
 from __future__ import annotations
@@ -37,8 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     fc = sub.add_parser("file_contains")
     fc.add_argument("--path", required=True)
     fc.add_argument("--word", required=True)
+    fc.add_argument("--reward-file", help='also write {"reward": score} here')
     args = parser.parse_args(argv)
     score = file_contains(args.path, args.word)
+    if args.reward_file:
+        with open(args.reward_file, "w") as f:
+            json.dump({"reward": score}, f)
     print(json.dumps({"score": score}))
     return 0
 

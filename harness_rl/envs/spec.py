@@ -14,12 +14,16 @@ The contract of the two scripts (what ``validate`` and the rollout worker rely o
 
 - ``tests/test.sh`` runs with bash, cwd = the workspace in its final state, and the environment
   ``HRL_WORKSPACE`` (the workspace), ``HRL_TESTS_DIR`` (the tests folder, read-only), ``HRL_LOGS_DIR`` (a
-  writable folder) and ``HRL_PYTHON`` (an interpreter with this project's dependencies: pandas, pytest).
+  writable folder), ``HRL_PYTHON`` (an interpreter with this project's dependencies: pandas, pytest) and
+  ``HRL_TOOL_CALLS`` (the rollout's tool calls; 0 for the oracle and the empty attempt; unset when unknown).
   It writes ``$HRL_LOGS_DIR/reward.json`` as ``{"reward": x}`` with x in [0, 1] (Harbor's
   ``reward.txt`` holding just the number is accepted too) and exits 0. Any other ending (crash, timeout, no
   reward file) makes the rollout unscorable, never reward 0. Scripts should default the variables to Harbor's
   fixed paths (``${HRL_TESTS_DIR:-/tests}``, ``${HRL_LOGS_DIR:-/logs/verifier}``, ``${HRL_WORKSPACE:-/app}``)
-  so an exported task also runs under Harbor.
+  so an exported task also runs under Harbor. The working directory is the agent's, so run Python as
+  ``"$HRL_PYTHON" -I`` (and pytest with ``--rootdir "$HRL_TESTS_DIR"``) so that nothing the agent left in the
+  workspace (a module of the same name, a conftest.py) changes what the verifier runs. The tests folder is a
+  read-only copy; write to ``$HRL_LOGS_DIR``.
 - ``solution/solve.sh`` runs with bash, cwd = a fresh copy of the starting workspace, ``HRL_SOLUTION_DIR``
   set to the solution folder, and turns the workspace into a solved one. A task is valid only when the
   verifier gives 1.0 after the oracle and less than 1.0 on the untouched workspace.
@@ -55,7 +59,7 @@ class TaskSpec:
         agent_timeout_s: Wall-clock limit for the harness on this task.
         verifier_timeout_s: Wall-clock limit for tests/test.sh.
         tags: Free-form labels for filtering.
-        metadata: Source-specific facts written to task.toml under ``[harness_rl.source]`` (dataset name,
+        metadata: Source-specific facts written to task.toml under ``[harness_rl.metadata]`` (dataset name,
             template, project, mutation operator, ...); JSON/TOML-serialisable values only.
     """
 

@@ -1,13 +1,16 @@
-"""Score a workspace after the harness exits, in a subprocess with a timeout.
+"""Score a workspace after the harness exits.
 
-A verifier that crashes, times out or prints no score makes the rollout unscorable (score None, with the
+A verifier that crashes, times out or gives no score makes the rollout unscorable (score None, with the
 error); that is different from a wrong answer (0.0) and GRPO leaves such rollouts out of the group.
 
 Verifier kinds (``Task.verifier["kind"]``):
+    tests: a task folder's ``tests/test.sh``, run in the sandbox by ``harness_rl.envs.testrun`` (the Harbor
+        contract of ``harness_rl.envs.spec``; the usual kind).
     file_contains: ``{"path": P, "word": W}``; the built-in check ``harness_rl.envs.checks``.
     command: ``{"argv": [...]}``; any program run in the workspace; its last stdout line is the score,
         either a number or JSON ``{"score": x}``, and it must exit 0.
-Both take an optional ``"timeout_s"`` (default ``DEFAULT_TIMEOUT_S``).
+Both take an optional ``"timeout_s"`` (default ``DEFAULT_TIMEOUT_S``); they run as plain subprocesses (built-in
+in-memory tasks for plumbing tests).
 """
 
 from __future__ import annotations
@@ -21,8 +24,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from harness_rl.envs.task import Task
+from harness_rl.envs.task import TESTS_VERIFIER, Task
+
+if TYPE_CHECKING:
+    from harness_rl.sandbox.base import Sandbox
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -59,17 +66,35 @@ def verifier_argv(task: Task) -> list[str]:
     raise ValueError(f"task {task.id}: unknown verifier kind {kind!r}")
 
 
-def verify(task: Task, workspace: Path, *, timeout_s: float | None = None) -> VerifierResult:
+def verify(
+    task: Task,
+    workspace: Path,
+    *,
+    timeout_s: float | None = None,
+    sandbox: Sandbox | None = None,
+    rollout_dir: Path | None = None,
+    tool_calls: int | None = None,
+) -> VerifierResult:
     """Run the task's verifier on ``workspace``; called by the rollout worker after the harness exits.
 
     Args:
-        task: The task (its ``verifier`` spec).
+        task: The task (its ``verifier`` spec, or its folder's tests/).
         workspace: The rollout's workspace.
-        timeout_s: Overrides the spec's ``timeout_s``.
+        timeout_s: Overrides the task's own limit.
+        sandbox: Where a task folder's test.sh runs (default: a fresh ``LocalSandbox``, bwrap when usable).
+        rollout_dir: The rollout's folder; the tests are copied to ``rollout_dir/verifier/`` (default: a
+            temporary folder, removed afterwards).
+        tool_calls: The rollout's tool calls, for test.sh as ``HRL_TOOL_CALLS`` (tasks with a tool-call budget).
 
     Returns:
-        The score, or None with the error when the verifier crashed, timed out or printed no score.
+        The score, or None with the error when the verifier crashed, timed out or gave no score.
     """
+    if task.verifier.get("kind") == TESTS_VERIFIER or (task.task_dir is not None and not task.verifier):
+        from harness_rl.envs.testrun import run_tests
+
+        limit = timeout_s if timeout_s is not None else task.verifier_timeout_s
+        return run_tests(task, workspace, rollout_dir=rollout_dir, sandbox=sandbox, timeout_s=limit,
+                         tool_calls=tool_calls)  # fmt: skip
     argv = verifier_argv(task)
     limit = timeout_s if timeout_s is not None else float(task.verifier.get("timeout_s", DEFAULT_TIMEOUT_S))
     start = time.monotonic()
@@ -98,13 +123,18 @@ def verify(task: Task, workspace: Path, *, timeout_s: float | None = None) -> Ve
     if proc.returncode != 0:
         return VerifierResult(None, f"verifier exited {proc.returncode}: {stderr_tail}", seconds)
     try:
-        score = _parse_score(out.decode(errors="replace"))
+        score = parse_score_line(out.decode(errors="replace"))
     except ValueError as e:
         return VerifierResult(None, f"{e}; stderr: {stderr_tail}", seconds)
     return VerifierResult(score, None, seconds)
 
 
-def _parse_score(stdout: str) -> float:
+def parse_score_line(stdout: str) -> float:
+    """The score on the last non-empty line of ``stdout``: a number or ``{"score": x}``, in [0, 1].
+
+    Raises:
+        ValueError: There is none, or it is not a finite number in [0, 1].
+    """
     lines = [ln.strip() for ln in stdout.splitlines() if ln.strip()]
     if not lines:
         raise ValueError("verifier printed no score")
@@ -115,8 +145,17 @@ def _parse_score(stdout: str) -> float:
         raise ValueError(f"verifier's last line is not a score: {last[:200]!r}") from e
     if isinstance(value, dict):
         value = value.get("score")
+    return check_score(value, last)
+
+
+def check_score(value: object, shown: str) -> float:
+    """``value`` as a float if it is a finite number in [0, 1] (``shown`` is quoted in the error).
+
+    Raises:
+        ValueError: It is not.
+    """
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"verifier's score is not a finite number: {last[:200]!r}")
+        raise ValueError(f"verifier's score is not a finite number: {shown[:200]!r}")
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"verifier's score {value} is outside [0, 1]")
     return float(value)

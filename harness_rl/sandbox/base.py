@@ -3,10 +3,43 @@ run result."""
 
 from __future__ import annotations
 
+import sys
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol, runtime_checkable
+
+# Folders no sandboxed process of this Python process may see (task folders: their tests/ and solution/).
+# Process-wide because whoever loads tasks (the task mix, the evaluator) is not whoever builds the layouts
+# (each harness), and a task folder must stay hidden from every harness that runs in this process.
+_HIDDEN_LOCK = threading.Lock()
+_HIDDEN_FROM_SANDBOXES: set[Path] = set()
+
+
+def hide_from_sandboxes(*paths: Path) -> None:
+    """Hide ``paths`` (e.g. task folders) from every sandbox layout built afterwards in this process.
+
+    Raises:
+        ValueError: A path holds this project's checkout or its interpreter, which every sandbox needs.
+    """
+    needed = [Path(__file__).resolve().parents[2], Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
+    resolved = [Path(p).resolve() for p in paths]
+    for path in resolved:
+        for need in needed:
+            if need == path or path in need.parents:
+                raise ValueError(f"cannot hide {path} from sandboxes: it holds {need}, which they need; "
+                                 "keep task folders in a folder of their own")  # fmt: skip
+    with _HIDDEN_LOCK:
+        _HIDDEN_FROM_SANDBOXES.update(resolved)
+
+
+def hidden_from_sandboxes() -> tuple[Path, ...]:
+    """The folders ``hide_from_sandboxes`` registered that still exist (a deleted one needs no hiding, and
+    bubblewrap cannot mount over a path that is gone)."""
+    with _HIDDEN_LOCK:
+        paths = sorted(_HIDDEN_FROM_SANDBOXES)
+    return tuple(p for p in paths if p.is_dir())
 
 
 @dataclass(frozen=True)
@@ -20,7 +53,8 @@ class SandboxLayout:
         writable: Further writable folders (e.g. where the harness writes its trajectory).
         hidden: Folders replaced by an empty tmpfs before the writable folders are bound, so that the
             process sees neither other rollouts nor verifier files nor the run folder. Writable folders
-            inside a hidden folder stay visible (they are bound on top of the tmpfs).
+            inside a hidden folder stay visible (they are bound on top of the tmpfs). ``for_rollout`` adds
+            every folder registered with ``hide_from_sandboxes`` (the task folders).
         readonly: Folders the process needs read-only even if they lie under /tmp or a hidden folder
             (e.g. the harness's venv when the tools folder is under /tmp in tests).
     """
@@ -40,7 +74,8 @@ class SandboxLayout:
 
         ``rollout_dir/{workspace,home,tmp,harness}``; ``harness/`` is writable for the harness's own
         output (trajectory, config dir). The whole rollout folder is hidden, so files the rollout worker
-        keeps there (verifier output, logs, the session trace) are invisible to the process.
+        keeps there (verifier output, logs, the session trace) are invisible to the process, and so is
+        every folder registered with ``hide_from_sandboxes`` (task folders with their tests and solutions).
 
         Args:
             rollout_dir: The rollout's private folder.
@@ -53,7 +88,7 @@ class SandboxLayout:
             home=rollout_dir / "home",
             tmp=rollout_dir / "tmp",
             writable=(rollout_dir / "harness",),
-            hidden=(rollout_dir,),
+            hidden=(rollout_dir, *hidden_from_sandboxes()),
             readonly=tuple(Path(p).resolve() for p in readonly),
         )
 

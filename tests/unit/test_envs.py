@@ -28,8 +28,8 @@ def test_smoke_tasks_are_bundled_varied_and_split():
     assert len({t.verifier["path"] for t in tasks}) == len(tasks)
     for t in tasks:
         assert t.instruction == f"Create a file named {t.verifier['path']} that contains the word {t.verifier['word']}."
-    assert SmokeTaskSource().tasks("train") and SmokeTaskSource().tasks("eval")
-    assert len(load_smoke_tasks("train")) + len(load_smoke_tasks("eval")) == len(tasks)
+    assert SmokeTaskSource().tasks("train") and SmokeTaskSource().tasks("heldout")
+    assert len(load_smoke_tasks("train")) + len(load_smoke_tasks("heldout")) == len(tasks)
 
 
 def test_lay_out_workspace_writes_files_and_refuses_escapes(tmp_path):
