@@ -38,7 +38,7 @@ harnesses: install
 	$(PY) -m harness_rl.harnesses install
 
 # The repository task source builds from source distributions of a pinned list of projects (sha256-checked),
-# fetched once from the package registry into ~/.cache/harness-rl/repo (or $$HRL_REPO_CACHE); builds are offline.
+# fetched once from the package registry into ~/.cache/harness_rl/repo (or $$HRL_REPO_CACHE); builds are offline.
 repo-sdists: install
 	$(PY) -m harness_rl.envs.sources.repo fetch
 

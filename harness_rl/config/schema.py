@@ -28,6 +28,7 @@ KNOWN_HARNESSES = ("pi", "opencode", "hermes", "claude_code", "codex", "mini_swe
 class PathsConfig:
     root_dir: str = MISSING
     runs_dir: str = MISSING
+    tasks_cache_dir: str = MISSING
 
 
 @dataclass
@@ -101,9 +102,21 @@ class BudgetConfig:
 
 
 @dataclass
+class TaskSourceConfig:
+    name: str = MISSING
+    weight: float = 1.0
+    folder: str | None = None
+    n: int | None = None
+    seed: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class TasksConfig:
-    source: str = "smoke"
+    sources: list[TaskSourceConfig] = field(default_factory=lambda: [TaskSourceConfig(name="smoke")])
     split: str = "train"
+    difficulty_weights: dict[str, float] = field(default_factory=lambda: {"easy": 1.0, "medium": 1.0, "hard": 1.0})
+    check_disjoint: bool = True
     efficiency_bonus: float = 0.1
 
 

@@ -146,7 +146,8 @@ def _evaluate(cfg: DictConfig, stack: ExitStack) -> pd.DataFrame:
     checkpoints = select_checkpoints(available, None if cfg.checkpoints is None else list(cfg.checkpoints))
     tasks = {t.id: t for t in held_out_tasks(cfg)}
     if not tasks:
-        raise ValueError(f"no held-out tasks in split {cfg.eval.split!r} of tasks.source={cfg.tasks.source!r}")
+        sources = [s.name for s in cfg.tasks.sources]
+        raise ValueError(f"no held-out tasks in split {cfg.eval.split!r} of tasks.sources={sources}")
     cells = plan_cells(checkpoints, harness_names, list(tasks), samples=cfg.eval.samples,
                        cross_harness=cfg.eval.cross_harness)  # fmt: skip
     log.info("evaluating %s: %d checkpoint(s) + base, harnesses %s, %d held-out task(s) x %d sample(s) = %d cells",

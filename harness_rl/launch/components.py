@@ -72,12 +72,15 @@ def check_harnesses_installed(harnesses: dict[str, Harness]) -> None:
 
 
 def build_task_sampler(cfg: DictConfig, seed: int) -> TaskSampler:
-    """Tasks of ``tasks.split`` from ``tasks.source``."""
-    if cfg.tasks.source != "smoke":
-        raise NotImplementedError(f"tasks.source={cfg.tasks.source!r}: only 'smoke' exists so far")
-    from harness_rl.envs.smoke import load_smoke_tasks
+    """Draws tasks of ``tasks.split`` from the run's task mix (``tasks.sources`` with their weights and
+    ``tasks.difficulty_weights``); sources not built yet are built into ``paths.tasks_cache_dir`` first. Every
+    task folder read is hidden from the run's sandboxes."""
+    from harness_rl.envs.mix import TaskMix, load_mix
 
-    return TaskSampler(load_smoke_tasks(cfg.tasks.split), seed=seed)
+    tasks, weights = load_mix(TaskMix.from_config(cfg.tasks), Path(cfg.paths.tasks_cache_dir))
+    log.info("task mix: %d task(s) of split %s from %s", len(tasks), cfg.tasks.split,
+             ", ".join(s.name for s in cfg.tasks.sources))  # fmt: skip
+    return TaskSampler(tasks, seed=seed, weights=weights)
 
 
 def rollout_settings(cfg: DictConfig) -> RolloutSettings:
@@ -92,6 +95,7 @@ def rollout_settings(cfg: DictConfig) -> RolloutSettings:
         purpose="train",
         safety=bool(cfg.safety.enabled),
         block_penalty=float(cfg.safety.block_penalty) if cfg.safety.enabled else 0.0,
+        efficiency_bonus=float(cfg.tasks.efficiency_bonus),
     )
 
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from harness_rl.envs.reward import MAX_EFFICIENCY_BONUS, RewardParts, group_reward_parts
+from harness_rl.envs.task import Task
 from harness_rl.rollout.session import RolloutResult
+from harness_rl.train.loss import group_advantages
 
 
 @dataclass
@@ -68,3 +73,84 @@ def build_samples(group: ScoredGroup) -> list[dict[str, Any]]:
                 }
             )
     return samples
+
+
+def score_group(
+    group_id: int,
+    task: Task,
+    harness: str,
+    version: int,
+    rollouts: list[RolloutResult],
+    reward_fn: Callable[[list[float | None], list[int]], list[float | None]] | None = None,
+    scale_rewards: bool = True,
+    on_rollout: Callable[[RolloutResult], None] | None = None,
+    block_penalty: float = 0.0,
+    efficiency_bonus: float = MAX_EFFICIENCY_BONUS,
+) -> ScoredGroup:
+    """Rewards (by component), advantages and samples of a finished group.
+
+    The reward is ``harness_rl.envs.reward``'s: the verifier's score, plus up to ``efficiency_bonus``
+    (``tasks.efficiency_bonus``) for a correct rollout with fewer tool calls than the group's mean, minus
+    ``block_penalty`` (``safety.block_penalty``) per tool call the safety gate blocked, so attempted shortcuts
+    cost reward even though they never ran. A ``reward_fn`` replaces score plus bonus (its excess over the score
+    is logged as the efficiency component).
+    """
+    scores = [r.score for r in rollouts]
+    calls = [r.tool_calls for r in rollouts]
+    blocked = [len(r.blocked) for r in rollouts]
+    parts = group_reward_parts(scores, calls, blocked, efficiency_bonus=efficiency_bonus, block_penalty=block_penalty)
+    if reward_fn is not None:
+        custom = reward_fn(scores, calls)
+        parts = [
+            None if p is None or c is None else RewardParts(p.correctness, c - p.correctness, p.block_penalty)
+            for p, c in zip(parts, custom, strict=True)
+        ]
+    rewards = [None if p is None else p.total for p in parts]
+    for rollout, part in zip(rollouts, parts, strict=True):
+        rollout.reward = None if part is None else part.total
+        rollout.reward_parts = None if part is None else part.as_dict()
+        if on_rollout is not None:
+            on_rollout(rollout)
+    advantages = group_advantages(rewards, scale_by_std=scale_rewards)
+    group = ScoredGroup(group_id, task.id, harness, version, rollouts, advantages)
+    group.samples = build_samples(group)
+    return group
+
+
+def group_metrics(groups: list[ScoredGroup]) -> dict[str, Any]:
+    """Reward, pass rate, tool calls, tokens and failure counts over the groups of one step."""
+    rollouts = [r for g in groups for r in g.rollouts]
+    scored = [r for r in rollouts if r.reward is not None]
+    solved = [r for r in scored if (r.score or 0) >= 1.0]
+
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs) if xs else 0.0
+
+    return {
+        "rollout/count": len(rollouts),
+        "rollout/unscorable": len(rollouts) - len(scored),
+        "reward/mean": mean([r.reward for r in scored]),
+        **{
+            f"reward/{name}": mean([r.reward_parts[name] for r in scored if r.reward_parts])
+            for name in ("correctness", "efficiency", "block_penalty")
+        },
+        "reward/pass_rate": len(solved) / len(scored) if scored else 0.0,
+        "rollout/tool_calls_mean": mean([r.tool_calls for r in scored]),
+        "rollout/tool_calls_solved_mean": mean([r.tool_calls for r in solved]),
+        "rollout/requests_mean": mean([float((r.trace or {}).get("requests") or 0) for r in rollouts]),
+        "rollout/seconds_mean": mean([r.seconds for r in rollouts]),
+        "rollout/sampled_tokens": sum(
+            len(n["completion_token_ids"]) for r in rollouts for n in (r.trace or {}).get("nodes", [])
+        ),
+        "batch/informative_groups": sum(g.informative for g in groups),
+        **safety_metrics(rollouts),
+    }
+
+
+def safety_metrics(rollouts: list[RolloutResult]) -> dict[str, int]:
+    """``safety/blocked`` (all blocked tool calls of the step) and ``safety/blocked/<rule>`` per rule."""
+    by_rule = Counter(block.get("rule") or "unknown" for r in rollouts for block in r.blocked)
+    return {
+        "safety/blocked": sum(by_rule.values()),
+        **{f"safety/blocked/{rule}": n for rule, n in sorted(by_rule.items())},
+    }

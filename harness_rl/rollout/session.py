@@ -34,13 +34,16 @@ class RolloutSettings:
     max_requests: int
     timeout_s: float
     verifier_timeout_s: float
-    temperature: float
+    #: None leaves the harness's own temperature (evaluation sessions).
+    temperature: float | None
     max_tokens: int
     purpose: str = "train"
     #: Register each session with the proxy's safety gate (workspace, protected paths, text-action regex).
     safety: bool = False
     #: Reward subtracted per blocked tool call (``safety.block_penalty``).
     block_penalty: float = 0.0
+    #: Largest efficiency bonus of a correct rollout (``tasks.efficiency_bonus``).
+    efficiency_bonus: float = 0.1
 
 
 @dataclass
@@ -72,6 +75,8 @@ class RolloutResult:
     extra: dict[str, Any] = field(default_factory=dict)
     #: Tool calls the proxy's safety gate blocked (call id, tool, rule, explanation), from the trace.
     blocked: list[dict[str, Any]] = field(default_factory=list)
+    #: The reward by component (correctness, efficiency, block_penalty, total); set with ``reward``.
+    reward_parts: dict[str, float] | None = None
 
     def summary(self) -> dict[str, Any]:
         """A compact JSON record for ``rollouts.jsonl``."""
@@ -82,6 +87,7 @@ class RolloutResult:
             "exit_kind": self.outcome.exit_kind if self.outcome else None,
             "score": self.score,
             "reward": self.reward,
+            "reward_parts": self.reward_parts,
             "unscorable": self.unscorable,
             "tool_calls": self.tool_calls,
             "blocked": [b.get("rule") for b in self.blocked],
@@ -160,7 +166,12 @@ def run_rollout(
         adapter=adapter,
         purpose=settings.purpose,
         max_requests=request_budget(harness, settings),
-        sampling={"temperature": settings.temperature, "max_tokens": settings.max_tokens, "top_p": 1.0},
+        # Training pins top_p to 1.0 (the proxy enforces it too); an evaluation session keeps the harness's own.
+        sampling={
+            "temperature": settings.temperature,
+            "max_tokens": settings.max_tokens,
+            "top_p": 1.0 if settings.purpose == "train" else None,
+        },
         safety=safety_spec(task, harness, rollout_dir) if settings.safety else None,
     )
     try:
@@ -194,7 +205,15 @@ def run_rollout(
         unscorable = "no training sequence captured (the harness made no engine call)"
     score = None
     if unscorable is None:
-        result = verify(task, workspace, timeout_s=settings.verifier_timeout_s)
+        # A task's own verifier limit wins over the run's default (its author knows how long its tests take).
+        result = verify(
+            task,
+            workspace,
+            timeout_s=task.verifier_timeout_s or settings.verifier_timeout_s,
+            sandbox=getattr(harness, "sandbox", None),
+            rollout_dir=rollout_dir,
+            tool_calls=count_tool_calls(trace) if trace else None,
+        )
         if result.score is None:
             unscorable = f"verifier failed: {result.error}"
         score = result.score

@@ -12,32 +12,51 @@ import logging
 import queue
 import random
 import threading
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 from harness_rl.engine.adapters import AdapterRegistry
-from harness_rl.envs.reward import compute_group_rewards
+from harness_rl.envs.spec import DIFFICULTIES
 from harness_rl.envs.task import Task
 from harness_rl.harnesses.base import Harness
-from harness_rl.rollout.group import ScoredGroup, build_samples
+from harness_rl.rollout.group import ScoredGroup, group_metrics, safety_metrics, score_group
 from harness_rl.rollout.proxy_admin import ProxyAdmin
 from harness_rl.rollout.session import RolloutResult, RolloutSettings, run_rollout
-from harness_rl.train.loss import group_advantages
+
+__all__ = ["RolloutWorker", "TaskSampler", "group_metrics", "safety_metrics", "score_group"]
 
 log = logging.getLogger(__name__)
 
+RewardFn = Callable[[list[float | None], list[int]], list[float | None]]
+
 
 class TaskSampler:
-    """Draws tasks weighted by difficulty (harder tasks more often, never a weight of 0)."""
+    """Draws tasks with given weights (the task mix's: source weight times difficulty weight).
 
-    def __init__(self, tasks: list[Task], seed: int):
+    Args:
+        tasks: The tasks to draw from.
+        seed: Seed of the draws.
+        weights: One positive weight per task (default: by difficulty label, ``difficulty_weights``).
+        difficulty_weights: Weight of each difficulty label when ``weights`` is None (default: all 1).
+    """
+
+    def __init__(
+        self,
+        tasks: list[Task],
+        seed: int,
+        weights: Sequence[float] | None = None,
+        difficulty_weights: dict[str, float] | None = None,
+    ):
         if not tasks:
             raise ValueError("the task source gave no tasks for this split")
+        if weights is None:
+            by_label = {d: 1.0 for d in DIFFICULTIES} | dict(difficulty_weights or {})
+            weights = [by_label[t.difficulty] for t in tasks]
+        if len(weights) != len(tasks) or any(w < 0 for w in weights) or not any(w > 0 for w in weights):
+            raise ValueError(f"need one non-negative weight per task and some positive; got {list(weights)[:10]}")
         self.tasks = tasks
-        self.weights = [0.25 + t.difficulty for t in tasks]
+        self.weights = list(weights)
         self._rng = random.Random(seed)
 
     def draw(self) -> Task:
@@ -56,7 +75,8 @@ class RolloutWorker:
         num_generations: Rollouts per group.
         max_sessions: Harness sessions in flight at once (whole groups only).
         run_dir: Rollouts go to ``run_dir/rollouts/<harness>/g<group>/r<i>``.
-        reward_fn: ``(scores, tool_calls) -> rewards`` (correctness plus efficiency bonus).
+        reward_fn: ``(scores, tool_calls) -> rewards`` replacing the standard reward (correctness plus
+            ``settings.efficiency_bonus``, minus ``settings.block_penalty`` per blocked call).
         scale_rewards: Divide advantages by the group's reward std.
         on_rollout: Called with each finished rollout (for logs and progress), from worker threads.
     """
@@ -72,7 +92,7 @@ class RolloutWorker:
         num_generations: int,
         max_sessions: int,
         run_dir: Path,
-        reward_fn: Callable[[list[float | None], list[int]], list[float | None]] = compute_group_rewards,
+        reward_fn: RewardFn | None = None,
         scale_rewards: bool = True,
         on_rollout: Callable[[RolloutResult], None] | None = None,
     ):
@@ -175,71 +195,5 @@ class RolloutWorker:
         return score_group(
             group_id, task, self.harness.name, version, rollouts, self.reward_fn, self.scale_rewards,
             on_rollout=self.on_rollout, block_penalty=self.settings.block_penalty,
+            efficiency_bonus=self.settings.efficiency_bonus,
         )  # fmt: skip
-
-
-def score_group(
-    group_id: int,
-    task: Task,
-    harness: str,
-    version: int,
-    rollouts: list[RolloutResult],
-    reward_fn: Callable[[list[float | None], list[int]], list[float | None]],
-    scale_rewards: bool,
-    on_rollout: Callable[[RolloutResult], None] | None = None,
-    block_penalty: float = 0.0,
-) -> ScoredGroup:
-    """Rewards, advantages and samples of a finished group.
-
-    ``block_penalty`` is subtracted from a scorable rollout's reward for each tool call the safety gate blocked
-    (``safety.block_penalty``), so attempted shortcuts can cost reward even though they never ran.
-    """
-    rewards = reward_fn([r.score for r in rollouts], [r.tool_calls for r in rollouts])
-    if block_penalty:
-        rewards = [
-            None if rew is None else rew - block_penalty * len(r.blocked)
-            for rew, r in zip(rewards, rollouts, strict=True)
-        ]
-    for rollout, reward in zip(rollouts, rewards, strict=True):
-        rollout.reward = reward
-        if on_rollout is not None:
-            on_rollout(rollout)
-    advantages = group_advantages(rewards, scale_by_std=scale_rewards)
-    group = ScoredGroup(group_id, task.id, harness, version, rollouts, advantages)
-    group.samples = build_samples(group)
-    return group
-
-
-def group_metrics(groups: list[ScoredGroup]) -> dict[str, Any]:
-    """Reward, pass rate, tool calls, tokens and failure counts over the groups of one step."""
-    rollouts = [r for g in groups for r in g.rollouts]
-    scored = [r for r in rollouts if r.reward is not None]
-    solved = [r for r in scored if (r.score or 0) >= 1.0]
-
-    def mean(xs: list[float]) -> float:
-        return sum(xs) / len(xs) if xs else 0.0
-
-    return {
-        "rollout/count": len(rollouts),
-        "rollout/unscorable": len(rollouts) - len(scored),
-        "reward/mean": mean([r.reward for r in scored]),
-        "reward/pass_rate": len(solved) / len(scored) if scored else 0.0,
-        "rollout/tool_calls_mean": mean([r.tool_calls for r in scored]),
-        "rollout/tool_calls_solved_mean": mean([r.tool_calls for r in solved]),
-        "rollout/requests_mean": mean([float((r.trace or {}).get("requests") or 0) for r in rollouts]),
-        "rollout/seconds_mean": mean([r.seconds for r in rollouts]),
-        "rollout/sampled_tokens": sum(
-            len(n["completion_token_ids"]) for r in rollouts for n in (r.trace or {}).get("nodes", [])
-        ),
-        "batch/informative_groups": sum(g.informative for g in groups),
-        **safety_metrics(rollouts),
-    }
-
-
-def safety_metrics(rollouts: list[RolloutResult]) -> dict[str, int]:
-    """``safety/blocked`` (all blocked tool calls of the step) and ``safety/blocked/<rule>`` per rule."""
-    by_rule = Counter(block.get("rule") or "unknown" for r in rollouts for block in r.blocked)
-    return {
-        "safety/blocked": sum(by_rule.values()),
-        **{f"safety/blocked/{rule}": n for rule, n in sorted(by_rule.items())},
-    }

@@ -3,6 +3,7 @@ limit, a crashing verifier, no captured call) marks it unscorable instead of giv
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -137,3 +138,41 @@ def test_tool_calls_counted_from_graph():
     assert count_tool_calls(trace) == 2
     text_mode = {"nodes": [{"tool_calls": []}, {"tool_calls": []}, {"budget_exhausted": True}]}
     assert count_tool_calls(text_mode) == 2
+
+
+def test_task_folder_rollout_is_verified_by_its_tests_in_the_sandbox(proxy, tmp_path):
+    from harness_rl.envs import read_task_dir, write_task_dir
+    from harness_rl.envs.sources.smoke import smoke_spec
+
+    task = read_task_dir(write_task_dir(smoke_spec("smoke-t", "out.txt", "apple", "train"), tmp_path / "tasks"))
+    solved = _rollout(proxy, tmp_path / "a", ScriptedHarness(), task, ["thinking", "echo apple > out.txt"])
+    assert solved.unscorable is None and solved.score == 1.0
+    verifier = tmp_path / "a" / "r0" / "verifier"
+    assert json.loads((verifier / "logs" / "reward.json").read_text()) == {"reward": 1.0}
+    assert not (verifier / "tests").exists()  # the copy of tests/ is gone once the verifier ended
+    wrong = _rollout(proxy, tmp_path / "b", ScriptedHarness(), task, ["echo pear > out.txt", "done"])
+    assert wrong.unscorable is None and wrong.score == 0.0
+
+
+def test_group_rewards_are_logged_by_component(proxy, tmp_path):
+    from harness_rl.rollout.worker import group_metrics
+
+    task = smoke_task("t1", "out.txt", "apple")
+    results = [
+        _rollout(proxy, tmp_path / "0", ScriptedHarness(steps=1), task, ["echo apple > out.txt"]),
+        _rollout(proxy, tmp_path / "1", ScriptedHarness(steps=3), task, ["a", "b", "echo apple > out.txt"]),
+        _rollout(proxy, tmp_path / "2", ScriptedHarness(steps=2), task, ["no", "no"]),
+    ]
+    results[1].blocked = [{"rule": "r"}, {"rule": "r"}]
+    group = score_group(1, task, "scripted", 0, results, scale_rewards=True, efficiency_bonus=0.2, block_penalty=0.05)
+    # mean tool calls = (1 + 3 + 2) / 3 = 2: the quick correct rollout gets 0.2 * (2 - 1) / 2
+    assert results[0].reward_parts == {"correctness": 1.0, "efficiency": pytest.approx(0.1), "block_penalty": 0.0,
+                                       "total": pytest.approx(1.1)}  # fmt: skip
+    assert results[1].reward_parts["block_penalty"] == pytest.approx(0.1) and results[1].reward == pytest.approx(0.9)
+    assert results[2].reward == 0.0
+    metrics = group_metrics([group])
+    assert metrics["reward/correctness"] == pytest.approx(2 / 3)
+    assert metrics["reward/efficiency"] == pytest.approx(0.1 / 3)
+    assert metrics["reward/block_penalty"] == pytest.approx(0.1 / 3)
+    assert metrics["reward/mean"] == pytest.approx((1.1 + 0.9 + 0.0) / 3)
+    assert results[0].summary()["reward_parts"]["total"] == pytest.approx(1.1)

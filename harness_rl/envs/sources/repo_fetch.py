@@ -3,8 +3,8 @@
 The repository source builds tasks from real small open-source Python projects. Each is pinned to one source
 distribution (name, exact version, sha256) taken from the package registry once, at install time, by
 ``python -m harness_rl.envs.sources.repo fetch``; building tasks then reads only the cache, so it works offline.
-The cache folder is ``$HRL_REPO_CACHE`` or ``~/.cache/harness-rl/repo``: sdists in it, test-run results under
-``runs/``.
+The cache folder is ``$HRL_REPO_CACHE``, else ``repo/`` in the project's cache (``$HARNESS_RL_CACHE``, default
+``~/.cache/harness_rl``, beside the models and built tasks): sdists in it, test-run results under ``runs/``.
 """
 
 from __future__ import annotations
@@ -134,10 +134,10 @@ PROJECTS: tuple[Project, ...] = (
 
 
 def default_cache_dir() -> Path:
-    """``$HRL_REPO_CACHE``, else ``~/.cache/harness-rl/repo`` (``$XDG_CACHE_HOME`` respected)."""
+    """``$HRL_REPO_CACHE``, else ``$HARNESS_RL_CACHE/repo``, else ``~/.cache/harness_rl/repo``."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "harness-rl" / "repo"
+    return Path(os.environ.get("HARNESS_RL_CACHE") or Path.home() / ".cache" / "harness_rl") / "repo"
 
 
 def _sha256(path: Path) -> str:
