@@ -15,13 +15,13 @@ from pathlib import Path
 
 import nbformat
 import pandas as pd
-import psutil
 import pytest
 from nbclient import NotebookClient
 from PIL import Image
 
 from harness_rl.proxy.export import read_trace_jsonl
 from tests.e2e.conftest import TRAIN_STEPS
+from tests.processes import processes_mentioning
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.harness]
 
@@ -118,18 +118,6 @@ def test_notebook_executes_on_the_run_and_draws_figures(eval_run, notebook, monk
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
     figures = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
     assert figures, f"{notebook.name} drew no figure"
-
-
-def processes_mentioning(marker: str) -> list[psutil.Process]:
-    """Live processes whose command line contains ``marker`` (to assert on, never to kill)."""
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            if any(marker in part for part in proc.info["cmdline"] or []):
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
 
 
 def cell_keys(lines: list[str]) -> list[tuple]:

@@ -10,13 +10,13 @@ import sys
 import uuid
 from pathlib import Path
 
-import psutil
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from harness_rl.proxy.export import read_trace_jsonl
 from tests.e2e.conftest import TRAIN_STEPS, run_train
+from tests.processes import processes_mentioning
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.harness]
 
@@ -30,18 +30,6 @@ LOGPROB_TOLERANCE = 2e-2
 def error_lines(done: subprocess.CompletedProcess) -> list[str]:
     """The run's ERROR log lines (Hydra logs to stdout)."""
     return [line for line in (done.stdout + done.stderr).splitlines() if "[ERROR]" in line]
-
-
-def processes_mentioning(marker: str) -> list[psutil.Process]:
-    """Live processes whose command line contains ``marker`` (to assert on, never to kill)."""
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            if any(marker in part for part in proc.info["cmdline"] or []):
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
