@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import secrets
 import shutil
 import signal
 import time
@@ -169,11 +168,9 @@ def _evaluate(cfg: DictConfig, stack: ExitStack) -> pd.DataFrame:
 
 def _run_pending(cfg: DictConfig, stack: ExitStack, run_dir: Path, eval_dir: Path, cells: list[Cell],
                  tasks: dict[str, Any], store: ResultsStore) -> None:  # fmt: skip
-    from harness_rl.engine.client import EngineClient
-    from harness_rl.launch.components import build_engine, build_harness, build_proxy_gate, check_harnesses_installed
+    from harness_rl.launch.components import build_harness, check_harnesses_installed
+    from harness_rl.launch.serving import start_serving
     from harness_rl.models.fetch import resolve_model_path
-    from harness_rl.proxy.server import ProxyServer
-    from harness_rl.rollout.proxy_admin import ProxyAdmin
     from harness_rl.sandbox.local import LocalSandbox
 
     def new_sandbox() -> LocalSandbox:
@@ -182,23 +179,8 @@ def _run_pending(cfg: DictConfig, stack: ExitStack, run_dir: Path, eval_dir: Pat
 
     check_harnesses_installed({name: build_harness(name, cfg, new_sandbox()) for name in cfg.harness.mix})
     model_path = resolve_model_path(cfg.model.path)
-    engine = build_engine(cfg, model_path, log_path=eval_dir / "engine.log")
-    stack.callback(engine.stop)
-    with EvalProgressBar.status(f"starting vLLM ({engine.device}) on {cfg.model.name}"):
-        engine.start()
-    log.info("engine ready at %s (pid %s, %.0f s)", engine.url, engine.pid, engine.startup_seconds or 0)
-    admin_token = secrets.token_urlsafe(24)
-    gate = build_proxy_gate(cfg, eval_dir)
-    if gate is not None:
-        stack.callback(gate.close)
-    server = ProxyServer(engine.url, admin_token, base_model=cfg.model.name, host=cfg.proxy.host,
-                         port=cfg.proxy.port, safety_gate=gate)  # fmt: skip
-    stack.callback(server.stop)
-    server.start()
-    proxy = ProxyAdmin(server.url, admin_token)
-    stack.callback(proxy.close)
-    client = EngineClient(engine.url)
-    stack.callback(client.close)
+    serving = start_serving(cfg, model_path, eval_dir, stack, status=EvalProgressBar.status)
+    proxy, client = serving.proxy, serving.client
     settings = eval_settings(cfg)
 
     @contextlib.contextmanager

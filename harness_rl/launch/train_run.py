@@ -7,7 +7,6 @@ error, Ctrl-C or SIGTERM at any point stops exactly what was started (by recorde
 from __future__ import annotations
 
 import logging
-import secrets
 import signal
 import time
 from contextlib import ExitStack
@@ -17,15 +16,14 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from harness_rl.launch.components import (
-    build_engine,
     build_harness,
-    build_proxy_gate,
     build_task_sampler,
     check_harnesses_installed,
     rollout_settings,
     write_run_metadata,
 )
 from harness_rl.launch.progress import TrainingProgress
+from harness_rl.launch.serving import start_serving
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +45,7 @@ def run_training(cfg: DictConfig) -> float:
 
 def _run(cfg: DictConfig, stack: ExitStack) -> float:
     from harness_rl.engine.adapters import AdapterRegistry
-    from harness_rl.engine.client import EngineClient
     from harness_rl.models.fetch import resolve_model_path
-    from harness_rl.proxy.server import ProxyServer
-    from harness_rl.rollout.proxy_admin import ProxyAdmin
     from harness_rl.rollout.worker import RolloutWorker, group_metrics
     from harness_rl.sandbox.local import LocalSandbox
     from harness_rl.tracking import build_metrics
@@ -83,32 +78,8 @@ def _run(cfg: DictConfig, stack: ExitStack) -> float:
     rollout_log = JsonlSink(run_dir / "rollouts.jsonl")
     stack.callback(rollout_log.close)
 
-    engine = build_engine(cfg, model_path, log_path=run_dir / "engine.log")
-    stack.callback(engine.stop)
-    with TrainingProgress.status(f"starting vLLM ({engine.device}) on {cfg.model.name}"):
-        engine.start()
-    log.info("engine ready at %s (pid %s, %.0f s)", engine.url, engine.pid, engine.startup_seconds or 0)
-
-    admin_token = secrets.token_urlsafe(24)
-    safety_gate = build_proxy_gate(cfg, run_dir)
-    if safety_gate is not None:
-        stack.callback(safety_gate.close)
-    proxy_server = ProxyServer(
-        engine.url,
-        admin_token,
-        base_model=cfg.model.name,
-        host=cfg.proxy.host,
-        port=cfg.proxy.port,
-        safety_gate=safety_gate,
-    )
-    stack.callback(proxy_server.stop)
-    proxy_server.start()
-    proxy = ProxyAdmin(proxy_server.url, admin_token)
-    stack.callback(proxy.close)
-    log.info("capture proxy at %s", proxy_server.url)
-
-    client = EngineClient(engine.url)
-    stack.callback(client.close)
+    serving = start_serving(cfg, model_path, run_dir, stack, status=TrainingProgress.status)
+    proxy, client = serving.proxy, serving.client
     registry = AdapterRegistry(client, max_live_versions=cfg.trainer.max_staleness + 2)
     settings = rollout_settings(cfg)
     progress = stack.enter_context(TrainingProgress(list(harnesses), cfg.trainer.max_steps))
