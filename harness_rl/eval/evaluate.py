@@ -84,19 +84,17 @@ def held_out_tasks(cfg: DictConfig) -> list[Any]:
 
 
 def eval_settings(cfg: DictConfig) -> Any:
-    """Per-session limits of the run's budget; sampling is the harness's own unless ``eval`` sets it."""
-    from harness_rl.rollout.session import RolloutSettings
+    """The run's per-session limits (as in training); sampling is the harness's own unless ``eval`` sets it."""
+    import dataclasses
 
-    return RolloutSettings(
-        step_limit=cfg.budget.max_agent_steps,
-        max_requests=cfg.budget.max_requests,
-        timeout_s=cfg.budget.session_timeout_s,
-        verifier_timeout_s=cfg.budget.verifier_timeout_s,
+    from harness_rl.launch.components import rollout_settings
+
+    return dataclasses.replace(
+        rollout_settings(cfg),
         # None keeps what the harness sends (the proxy's session policy leaves unset fields alone).
         temperature=cfg.eval.temperature,
         max_tokens=cfg.eval.max_tokens_per_turn or cfg.trainer.max_tokens_per_turn,
         purpose="eval",
-        safety=bool(cfg.safety.enabled),
         block_penalty=0.0,
     )
 
