@@ -48,11 +48,24 @@ def grpo_loss(
     loss_type: str = "token_mean",
     segment_id: torch.Tensor | None = None,
     normalizer: float | None = None,
+    dual_clip: float | None = None,
+    max_log_ratio: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped importance-weighted policy-gradient loss over loss terms (one per trained token).
 
     Per token: ``r = exp(new - old)``, ``loss = -min(r * A, clip(r, 1 - clip_low, 1 + clip_high) * A)``
     (asymmetric "clip-higher" bounds as in DAPO).
+
+    Two optional bounds on the off-policy tail, for tokens the sampler found far less likely than the trainer
+    does (stale versions, or a train/inference mismatch). The asymmetric clip leaves ``-r * A`` unbounded for a
+    negative advantage and a large ratio, so one such token can dominate a step:
+
+    - ``dual_clip`` ``c`` (dual-clip PPO, Ye et al. 2020; verl's ``clip_ratio_c``): for ``A < 0`` the per-token
+      loss is capped at ``-c * A``; a capped token has no gradient.
+    - ``max_log_ratio`` (token masking, as prime-rl and verl's rollout correction do): a token with
+      ``|new - old| > max_log_ratio`` contributes no loss and no gradient. It stays in the normaliser: the
+      denominator of a step is fixed (its trained-token count) before any micro-batch is forwarded, which is what
+      keeps the gradient the same however the step is split; masking then only removes the token's term.
 
     Args:
         new_logprobs: ``[M]`` log-probs under the current policy (differentiable).
@@ -65,14 +78,21 @@ def grpo_loss(
         segment_id: ``[M]`` sample index of each token (``pack()``'s ``segment_id``).
         normalizer: For ``token_mean``, the denominator to use instead of M, e.g. the number of trained
             tokens of the whole optimizer step when it spans several micro-batches.
+        dual_clip: The dual-clip bound ``c`` (> 1); None turns it off.
+        max_log_ratio: The ``|log r|`` above which a token is masked (> 0); None turns it off.
 
     Returns:
         ``(loss, stats)`` with stats ``tokens``, ``ratio_mean``, ``approx_kl`` (``(r - 1) - log r``, k3),
         ``clip_fraction``, ``clip_low_fraction``, ``clip_high_fraction`` (fraction of tokens whose gradient the
-        clip removed) as floats.
+        clip removed), ``dual_clip_fraction`` (tokens capped by the dual clip) and ``masked_fraction`` (tokens
+        masked by ``max_log_ratio``) as floats. Ratio, KL and clip statistics are over all tokens, masked or not.
     """
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1 (it caps the ratio of negative-advantage tokens), got {dual_clip}")
+    if max_log_ratio is not None and max_log_ratio <= 0.0:
+        raise ValueError(f"max_log_ratio must be > 0, got {max_log_ratio}")
     if not new_logprobs.shape == old_logprobs.shape == advantages.shape:
         raise ValueError(
             f"shape mismatch: new {tuple(new_logprobs.shape)}, old {tuple(old_logprobs.shape)}, "
@@ -81,9 +101,21 @@ def grpo_loss(
     old_logprobs = old_logprobs.to(new_logprobs)
     advantages = advantages.to(new_logprobs)
     log_ratio = new_logprobs - old_logprobs
+    masked = torch.zeros_like(log_ratio, dtype=torch.bool)
+    if max_log_ratio is not None:
+        masked = log_ratio.detach().abs() > max_log_ratio
+        # exp of a huge masked log-ratio is inf, and 0 * inf in the backward of exp is NaN: replace the masked
+        # log-ratios by a constant before exponentiating, so they carry exactly zero gradient.
+        log_ratio = torch.where(masked, torch.zeros_like(log_ratio), log_ratio)
     ratio = torch.exp(log_ratio)
     clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
     per_token = -torch.min(ratio * advantages, clipped * advantages)
+    dual_clipped = torch.zeros_like(masked)
+    if dual_clip is not None:
+        cap = -dual_clip * advantages
+        dual_clipped = (advantages < 0) & (per_token.detach() > cap)
+        per_token = torch.where(dual_clipped, cap, per_token)
+    per_token = torch.where(masked, torch.zeros_like(per_token), per_token)
 
     n = per_token.numel()
     if loss_type == "token_sum":
@@ -101,15 +133,19 @@ def grpo_loss(
         loss = (sums[present] / counts[present]).mean() if n else per_token.sum()
 
     with torch.no_grad():
-        low = (ratio < 1 - clip_low) & (advantages < 0)
-        high = (ratio > 1 + clip_high) & (advantages > 0)
+        raw_log_ratio = new_logprobs - old_logprobs
+        raw_ratio = torch.exp(raw_log_ratio)
+        low = (raw_ratio < 1 - clip_low) & (advantages < 0)
+        high = (raw_ratio > 1 + clip_high) & (advantages > 0)
         denom = max(n, 1)
         stats = {
             "tokens": float(n),
-            "ratio_mean": float(ratio.sum() / denom),
-            "approx_kl": float(((ratio - 1) - log_ratio).sum() / denom),
+            "ratio_mean": float(raw_ratio.sum() / denom),
+            "approx_kl": float(((raw_ratio - 1) - raw_log_ratio).sum() / denom),
             "clip_fraction": float((low | high).sum() / denom),
             "clip_low_fraction": float(low.sum() / denom),
             "clip_high_fraction": float(high.sum() / denom),
+            "dual_clip_fraction": float((dual_clipped & ~masked).sum() / denom),
+            "masked_fraction": float(masked.sum() / denom),
         }
     return loss, stats
