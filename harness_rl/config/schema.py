@@ -39,6 +39,10 @@ class ModelConfig:
     max_model_len: int = 8192
     tool_parser: str | None = "hermes"
     context_length: int = 8192
+    params_b: float | None = None
+    hidden_size: int | None = None
+    num_layers: int | None = None
+    vocab_size: int | None = None
 
 
 @dataclass
@@ -53,6 +57,7 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.85
     startup_timeout_s: float = 600.0
     logprobs_mode: str = "processed_logprobs"
+    generation_config: str = "vllm"
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
 
@@ -82,13 +87,28 @@ class TrainerConfig:
     token_budget: int = 65536
     clip_low: float = 0.2
     clip_high: float = 0.28
+    dual_clip: float | None = 3.0
+    max_log_ratio: float | None = None
     scale_rewards: bool = True
     max_steps: int = 200
     checkpoint_every: int = 10
     packing: str = "auto"
     train_dtype: str = "float32"
+    device: str = "auto"
+    gradient_checkpointing: Any = "auto"
     num_threads: int | None = None
     lora: LoraConfig = field(default_factory=LoraConfig)
+
+
+@dataclass
+class PlacementConfig:
+    name: str = "cpu"
+    gpus: int = 0
+    gpu_memory_gib: float = 141.0
+    engine_gpus: list[int] = field(default_factory=list)
+    trainer_gpus: list[int] = field(default_factory=list)
+    trained_token_fraction: float = 0.5
+    reserve_gib: float = 2.0
 
 
 @dataclass
@@ -163,6 +183,7 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     tasks: TasksConfig = field(default_factory=TasksConfig)
     harness: HarnessConfig = field(default_factory=HarnessConfig)

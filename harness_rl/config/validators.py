@@ -6,11 +6,13 @@ combination fails at composition time instead of minutes later inside vLLM or th
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from omegaconf import DictConfig
 
 from harness_rl.config.schema import KNOWN_HARNESSES
+from harness_rl.models.size import GIB, MIN_KV_CACHE_GIB, model_size
 
 
 class ConfigError(ValueError):
@@ -74,13 +76,111 @@ def validate_sampling_policy(cfg: DictConfig) -> None:
 
 
 def validate_packing(cfg: DictConfig) -> None:
+    # Every family may be tree-packed: hybrid (lfm2) convolutions see each sample's own path in the tree.
     if cfg.trainer.packing not in ("auto", "tree", "padded"):
         raise ConfigError(f"trainer.packing={cfg.trainer.packing!r}: use auto, tree or padded")
-    if cfg.trainer.packing == "tree" and cfg.model.family == "lfm2":
+
+
+_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+
+def validate_devices(cfg: DictConfig) -> None:
+    """Spellings only; whether this machine has the device is checked before the run starts (launch/placement)."""
+    if not _DEVICE.fullmatch(str(cfg.trainer.device)):
+        raise ConfigError(f"trainer.device={cfg.trainer.device!r}: use auto, cpu, cuda or cuda:N")
+    if str(cfg.trainer.gradient_checkpointing).lower() not in ("auto", "true", "false"):
         raise ConfigError(
-            "trainer.packing=tree with model.family=lfm2: short-conv layers mix tokens in packed order, "
-            "so hybrid models need trainer.packing=padded (or auto)"
+            f"trainer.gradient_checkpointing={cfg.trainer.gradient_checkpointing!r}: use auto, true or false"
         )
+    if cfg.engine.backend not in ("auto", "cpu", "gpu"):
+        raise ConfigError(f"engine.backend={cfg.engine.backend!r}: use auto, cpu or gpu")
+    if not 0.0 < cfg.engine.gpu_memory_utilization <= 1.0:
+        raise ConfigError(f"engine.gpu_memory_utilization={cfg.engine.gpu_memory_utilization}: use a share in (0, 1]")
+    if cfg.engine.generation_config not in ("vllm", "auto"):
+        raise ConfigError(
+            f"engine.generation_config={cfg.engine.generation_config!r}: use vllm (sample what the trainer computes) "
+            "or auto (apply the model's generation_config.json)"
+        )
+
+
+def validate_placement_shape(cfg: DictConfig) -> None:
+    place = cfg.placement
+    indices = [*place.engine_gpus, *place.trainer_gpus]
+    bad = [i for i in indices if not 0 <= i < place.gpus]
+    if bad:
+        raise ConfigError(
+            f"placement {place.name}: GPU index(es) {bad} outside the node's placement.gpus={place.gpus} "
+            "(placement.engine_gpus, placement.trainer_gpus use 0..gpus-1)"
+        )
+    if len(set(place.engine_gpus)) != len(place.engine_gpus):
+        raise ConfigError(f"placement.engine_gpus={list(place.engine_gpus)} lists a GPU twice")
+    if not 0.0 < place.trained_token_fraction <= 1.0:
+        raise ConfigError(f"placement.trained_token_fraction={place.trained_token_fraction}: use a share in (0, 1]")
+
+
+def _gib(n_bytes: float) -> str:
+    return f"{n_bytes / GIB:.1f} GiB"
+
+
+def validate_placement_fits(cfg: DictConfig) -> None:
+    """The placement's GPUs hold the engine and the trainers (memory per GPU from ``placement.gpu_memory_gib``).
+
+    Checked whenever the placement lists GPUs, as the node's arithmetic (see harness_rl/models/size.py for what
+    is counted): the engine's bf16 weights within ``engine.gpu_memory_utilization`` of each of its GPUs; per
+    trainer GPU, every trainer placed there resident (bf16 weights + LoRA training state) plus the largest
+    micro-batch's activations (the step loop trains one harness at a time), within what the engine leaves.
+    """
+    place = cfg.placement
+    if not place.engine_gpus and not place.trainer_gpus:
+        return
+    size = model_size(cfg.model)
+    if size is None:
+        raise ConfigError(
+            f"placement {place.name} lists GPUs but the size of {cfg.model.path} is unknown: its config.json is not "
+            "on this machine; set model.params_b, model.hidden_size, model.num_layers and model.vocab_size"
+        )
+    memory = place.gpu_memory_gib * GIB
+    reserve = place.reserve_gib * GIB
+    utilization = cfg.engine.gpu_memory_utilization
+    engine_gpus = list(place.engine_gpus)
+    if engine_gpus:
+        per_gpu = size.weight_bytes() / len(engine_gpus)
+        share = utilization * memory
+        if per_gpu + MIN_KV_CACHE_GIB * GIB > share:
+            raise ConfigError(
+                f"placement {place.name}: vLLM's bf16 weights of {cfg.model.name} ({_gib(per_gpu)} per GPU over "
+                f"{len(engine_gpus)} GPU(s)) plus a {MIN_KV_CACHE_GIB:g} GiB KV cache do not fit its share "
+                f"engine.gpu_memory_utilization={utilization} x placement.gpu_memory_gib={place.gpu_memory_gib:g} = "
+                f"{_gib(share)}; raise engine.gpu_memory_utilization or put vLLM on more GPUs "
+                "(placement.engine_gpus, tensor parallel)"
+            )
+    if not place.trainer_gpus:
+        return
+    resident = size.trainer_resident_bytes(cfg.trainer.lora.rank)
+    activations = size.activation_bytes(cfg.trainer.token_budget, place.trained_token_fraction)
+    trainers = len(cfg.harness.mix)
+    for gpu in sorted(set(place.trainer_gpus)):
+        count = sum(1 for i in range(trainers) if place.trainer_gpus[i % len(place.trainer_gpus)] == gpu)
+        if count == 0:
+            continue
+        shared = gpu in engine_gpus
+        available = (1.0 - utilization if shared else 1.0) * memory - reserve
+        need = count * resident + activations
+        if need > available:
+            left = (
+                f"what vLLM leaves on it, (1 - engine.gpu_memory_utilization={utilization}) x "
+                f"placement.gpu_memory_gib={place.gpu_memory_gib:g}"
+                if shared
+                else f"placement.gpu_memory_gib={place.gpu_memory_gib:g}"
+            )
+            raise ConfigError(
+                f"placement {place.name}: GPU {gpu} holds {count} trainer(s) of {cfg.model.name} "
+                f"({count} x {_gib(resident)} bf16 weights + LoRA state, + {_gib(activations)} activations for "
+                f"trainer.token_budget={cfg.trainer.token_budget}) = {_gib(need)}, more than {left} minus "
+                f"placement.reserve_gib={place.reserve_gib:g} = {_gib(available)}; lower trainer.token_budget"
+                f"{', lower engine.gpu_memory_utilization' if shared else ''} or spread the trainers over more GPUs "
+                "(placement.trainer_gpus, or another placement=NAME)"
+            )
 
 
 RULES: tuple[Callable[[DictConfig], None], ...] = (
@@ -90,6 +190,9 @@ RULES: tuple[Callable[[DictConfig], None], ...] = (
     validate_group_fits_sessions,
     validate_sampling_policy,
     validate_packing,
+    validate_devices,
+    validate_placement_shape,
+    validate_placement_fits,
 )
 
 
