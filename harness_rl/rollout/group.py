@@ -26,7 +26,8 @@ class ScoredGroup:
         policy_version: Adapter version the group's sessions were pinned to.
         rollouts: One result per rollout, in launch order.
         advantages: One GRPO advantage per rollout; None for unscorable rollouts.
-        samples: Training samples (one per root-to-leaf path of each scorable rollout's graph).
+        samples: Training samples (one per root-to-leaf path of each scorable rollout's graph; each sampled
+            token carries loss in one of them only, see ``loss_once_masks``).
     """
 
     group_id: int
@@ -47,18 +48,63 @@ class ScoredGroup:
         return any(a for a in self.advantages if a is not None)
 
 
+def loss_once_masks(trace: dict[str, Any]) -> list[list[int]]:
+    """Each training sequence's loss mask, with every node's sampled tokens trained in exactly one sequence.
+
+    Every root-to-leaf path of a rollout graph is one training sequence, so when the graph branches after a
+    call (a retry, a compaction, a side call) each branch repeats its ancestors' completions; training on each
+    copy would weight those tokens by the number of branches below them. The first sequence through a node
+    keeps its loss there; later sequences keep the tokens as context (mask 0).
+
+    Positions come from the graph, not from comparing token prefixes: a node on a sequence's path sits at
+    ``[len(prompt), len(prompt) + len(completion))`` of that sequence (its prompt+completion is a prefix of
+    the leaf's prompt), so two independent calls that sampled identical tokens are two nodes and both train.
+
+    Raises:
+        ValueError: A sequence names a node the trace does not have, or a node's span overruns the sequence.
+    """
+    nodes = {node["id"]: node for node in trace.get("nodes") or []}
+    claimed: set[int] = set()
+    masks = []
+    for index, sequence in enumerate(trace["sequences"]):
+        mask = list(sequence["loss_mask"])
+        if "node_ids" not in sequence:
+            raise ValueError(f"trace sequence {index} has no node_ids; loss cannot be assigned to its calls")
+        for node_id in sequence["node_ids"]:
+            node = nodes.get(node_id)
+            if node is None:
+                raise ValueError(f"trace sequence {index} names node {node_id}, which the trace's nodes lack")
+            start = len(node["prompt_token_ids"])
+            end = start + len(node["completion_token_ids"])
+            if end > len(mask):
+                raise ValueError(
+                    f"trace sequence {index}: node {node_id} spans tokens {start}..{end} of a {len(mask)}-token "
+                    "sequence (the trace's nodes and sequences disagree)"
+                )
+            if node_id in claimed:
+                mask[start:end] = [0] * (end - start)
+            else:
+                claimed.add(node_id)
+        masks.append(mask)
+    return masks
+
+
 def build_samples(group: ScoredGroup) -> list[dict[str, Any]]:
     """Turn each scorable rollout's training sequences into trainer samples carrying its advantage.
 
-    The proxy's sequences are the ground truth (engine token ids); nothing here re-tokenizes.
+    The proxy's sequences are the ground truth (engine token ids); nothing here re-tokenizes. Each sampled
+    token carries loss in exactly one sample (:func:`loss_once_masks`); a sequence left with no loss of its
+    own is dropped (its tokens are trained in the sequences that keep them). Log-probs stay aligned with
+    ``input_ids`` at every sampled position, trained or not.
     """
     samples: list[dict[str, Any]] = []
     for index, (rollout, advantage) in enumerate(zip(group.rollouts, group.advantages, strict=True)):
         if advantage is None or rollout.trace is None:
             continue
-        for sequence in rollout.trace["sequences"]:
+        masks = loss_once_masks(rollout.trace)
+        for sequence, loss_mask in zip(rollout.trace["sequences"], masks, strict=True):
             input_ids = torch.tensor(sequence["input_ids"], dtype=torch.long)
-            mask = torch.tensor(sequence["loss_mask"], dtype=torch.long)
+            mask = torch.tensor(loss_mask, dtype=torch.long)
             if input_ids.numel() < 2 or int(mask[1:].sum()) == 0:
                 continue
             samples.append(
