@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from harness_rl.train.hybrid_conv import tree_conv_enabled
 from harness_rl.train.tree_attention import TREE_ATTENTION, tree_kwargs, unwrap_peft, uses_tree_attention
 
 
@@ -34,14 +35,18 @@ def target_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: fl
 def packed_token_logprobs(
     model: torch.nn.Module, packed: dict[str, torch.Tensor], *, temperature: float = 1.0, **forward_kwargs: Any
 ) -> torch.Tensor:
-    """Log-prob of every trained target of one tree-packed row.
+    """Log-prob of every trained target of one tree-packed row, for attention-only and hybrid (LFM2) models alike.
+
+    The tree travels with this one forward call as model kwargs (:func:`~harness_rl.train.tree_attention.
+    tree_kwargs`), also to the short convolutions of hybrid models, so the caller holds no context: backward,
+    with or without gradient checkpointing (reentrant or not), may run any time later.
 
     Args:
         model: A causal LM (PEFT-wrapped or not) already switched to tree attention
-            (:func:`harness_rl.train.tree_attention.enable_tree_attention`).
+            (:func:`harness_rl.train.tree_attention.enable_tree_attention`, once, before training).
         packed: Output of ``TreeRow.pack()``.
         temperature: Divides the logits (see the module docstring).
-        **forward_kwargs: Extra model keyword arguments (e.g. ``tree_attention_mode``).
+        **forward_kwargs: Extra model keyword arguments (e.g. ``tree_attention_mode="flex"``).
 
     Returns:
         ``FloatTensor[M]`` aligned with ``packed["token_index"]`` / ``packed["old_log_probs"]``; differentiable.
@@ -50,6 +55,11 @@ def packed_token_logprobs(
         raise RuntimeError(
             f"model attention is not {TREE_ATTENTION!r}; call enable_tree_attention(model) once before training "
             "on packed rows (switching per call would break gradient-checkpointing recomputes)"
+        )
+    if not tree_conv_enabled(model):
+        raise RuntimeError(
+            "the model's short-conv layers do not follow the tree; call enable_tree_attention(model) (it also "
+            "switches the convolutions) before training on packed rows"
         )
     device = _device(model)
     token_index = packed["token_index"].to(device)
@@ -72,8 +82,9 @@ def padded_token_logprobs(
 ) -> torch.Tensor:
     """Log-prob of every trained target of a right-padded batch (:func:`harness_rl.train.packing.pad_samples`).
 
-    The path for models that cannot be tree-packed (hybrid short-conv LFM2). Right padding keeps every real
-    token's causal context free of pads, so it is also correct for a model left in tree-attention mode.
+    The path for models that cannot be tree-packed (:func:`harness_rl.train.tree_attention.tree_packing_supported`
+    is False) or when packing is turned off. Right padding keeps every real token's causal context free of pads, so
+    it is also correct for a model left in tree-attention mode (its short convolutions run transformers' own path).
 
     Returns:
         ``FloatTensor[M]`` in the same order as ``padded["old_log_probs"]``; differentiable.

@@ -7,29 +7,39 @@ TRL computes that with a FlashAttention-3 varlen kernel (GPU only); this module 
 `torch.nn.functional.scaled_dot_product_attention`, so packing works on a laptop, in CI, and as a reference on
 GPU.
 
-Two equivalent strategies, picked per call:
+Three strategies, picked per call (``tree_attention_mode``, a model kwarg; default ``"auto"``):
 
 - ``dense``: one SDPA over the whole row with an ``[N, N]`` boolean ancestor mask. Few kernel launches; wastes
   work on masked cross-branch pairs and needs ``N * N`` bytes, so it is for short rows.
 - ``segments``: one SDPA per trie segment against the K/V gathered along its path (the varlen layout of
   ``tree_kv_index`` / ``tree_cu_seqlens_*``). Does only the work of the tree; one launch per segment.
+- ``flex``: PyTorch flex attention with a block-sparse mask built from ``O(N)`` numbers
+  (:mod:`harness_rl.train.flex_tree_attention`): one fused kernel that skips the tiles no query sees. Compiled
+  and used on CUDA; on CPU it runs PyTorch's unfused reference, forward only (tests).
+
+``auto`` takes ``flex`` on CUDA when flex attention is importable (and attention dropout is off), else ``dense``
+up to ``DENSE_MAX_TOKENS`` packed tokens and ``segments`` above; the first use of each kernel is logged
+(:func:`tree_attention_kernels_used` lists them).
 
 How transformers reaches this function: ``LlamaForCausalLM.forward(**kwargs)`` passes every extra keyword down
 (``TransformersKwargs``) through the decoder layers to ``attention_interface(module, query, key, value,
 attention_mask, dropout=..., scaling=..., sliding_window=..., **kwargs)``, where the interface is looked up by
 ``config._attn_implementation`` at *forward* time. So the tree tensors travel as plain model kwargs
-(``tree_kv_index=...``), and the mask function registered under the same name returns ``None`` so no ``[N, N]``
+(:func:`tree_kwargs`), and the mask function registered under the same name returns ``None`` so no ``[N, N]``
 causal mask is built for a packed row.
 
-Hybrid short-conv models (LFM2's ``conv`` layers) cannot use tree packing: their convolution mixes neighbouring
-tokens in *packed* order, so a branch would see the tail of its sibling. Attention-only models are fine.
-:func:`check_tree_packing_supported` says which; the trainer falls back to right-padded batches
-(:func:`harness_rl.train.logprobs.padded_token_logprobs`) for the others.
+Hybrid short-conv models (LFM2 and LFM2-MoE ``conv`` layers) are tree-packed too: their convolution follows each
+token's own path (:mod:`harness_rl.train.hybrid_conv`, switched on by :func:`enable_tree_attention`), so a branch
+never reads the tail of the sibling before it in packed order. Layers that scan the row in packed order and that
+nothing here re-routes along the tree (Mamba, linear attention) and attention sinks are refused by
+:func:`check_tree_packing_supported`; the trainer uses right-padded batches
+(:func:`harness_rl.train.logprobs.padded_token_logprobs`) for those models.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,6 +48,12 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface
+
+from harness_rl.train.flex_tree_attention import flex_attention_available, flex_tree_attention
+from harness_rl.train.hybrid_conv import TREE_PARENT_KWARG, conv_layers, enable_tree_conv
+from harness_rl.train.tree_index import tree_index
+
+logger = logging.getLogger(__name__)
 
 TREE_ATTENTION = "tree_sdpa"
 """Name under which the tree attention is registered in transformers' attention and mask interfaces."""
@@ -48,13 +64,25 @@ TREE_KWARG_NAMES = (
     "tree_cu_seqlens_k",
     "tree_max_seqlen_q",
     "tree_max_seqlen_k",
+    "tree_subtree_end",
+    "tree_depth",
+    TREE_PARENT_KWARG,
 )
+
+TREE_ATTENTION_MODES = ("auto", "dense", "segments", "flex")
 
 DENSE_MAX_TOKENS = 1024
 """Rows up to this many packed tokens use the dense ancestor mask in ``mode="auto"`` (measured with
 ``python -m harness_rl.train.bench``: below it, fewer launches win; above it, the tree's sparsity wins)."""
 
 _ATTENTION_LAYER_TYPES = {"full_attention", "sliding_attention"}
+_CONV_LAYER_TYPE = "conv"
+_kernels_used: set[str] = set()
+
+
+def tree_attention_kernels_used() -> frozenset[str]:
+    """The tree-attention kernels (``dense``, ``segments``, ``flex``) this process has run so far."""
+    return frozenset(_kernels_used)
 
 
 def tree_kwargs(packed: dict[str, torch.Tensor], device: torch.device | str | None = None) -> dict[str, Any]:
@@ -66,15 +94,24 @@ def tree_kwargs(packed: dict[str, torch.Tensor], device: torch.device | str | No
 
     Returns:
         ``tree_kv_index``, ``tree_cu_seqlens_q``, ``tree_cu_seqlens_k`` (tensors) and ``tree_max_seqlen_q``,
-        ``tree_max_seqlen_k`` (ints), the same names TRL's FA3 tree attention takes.
+        ``tree_max_seqlen_k`` (ints), the same names TRL's FA3 tree attention takes; plus the per-token
+        ``tree_subtree_end`` and ``tree_depth`` (the flex kernel's mask) and ``tree_parent_index`` (the path of
+        the short convolutions of hybrid models), see :mod:`harness_rl.train.tree_index`.
     """
     max_q, max_k = (int(x) for x in packed["tree_max_seqlens"].tolist())
+    kv_index = packed["tree_kv_index"].to(device)
+    cu_q = packed["tree_cu_seqlens_q"].to(device)
+    cu_k = packed["tree_cu_seqlens_k"].to(device)
+    index = tree_index(kv_index, cu_q, cu_k)
     return {
-        "tree_kv_index": packed["tree_kv_index"].to(device),
-        "tree_cu_seqlens_q": packed["tree_cu_seqlens_q"].to(device),
-        "tree_cu_seqlens_k": packed["tree_cu_seqlens_k"].to(device),
+        "tree_kv_index": kv_index,
+        "tree_cu_seqlens_q": cu_q,
+        "tree_cu_seqlens_k": cu_k,
         "tree_max_seqlen_q": max_q,
         "tree_max_seqlen_k": max_k,
+        "tree_subtree_end": index.subtree_end,
+        "tree_depth": index.depth,
+        TREE_PARENT_KWARG: index.parent,
     }
 
 
@@ -186,6 +223,8 @@ def tree_sdpa_attention(
     tree_cu_seqlens_k: torch.Tensor | None = None,
     tree_max_seqlen_q: int | None = None,
     tree_max_seqlen_k: int | None = None,
+    tree_subtree_end: torch.Tensor | None = None,
+    tree_depth: torch.Tensor | None = None,
     tree_attention_mode: str = "auto",
     dropout: float = 0.0,
     scaling: float | None = None,
@@ -208,12 +247,14 @@ def tree_sdpa_attention(
         tree_cu_seqlens_k: Path boundaries in ``tree_kv_index``.
         tree_max_seqlen_q: Unused (the FA3 kernel's sizing hint), accepted for TRL compatibility.
         tree_max_seqlen_k: Unused, as above.
-        tree_attention_mode: ``"dense"``, ``"segments"`` or ``"auto"`` (dense up to ``DENSE_MAX_TOKENS``).
+        tree_subtree_end: Per-token subtree ends (flex mask); derived from the tensors above when None.
+        tree_depth: Per-token depths (flex windows); derived when None.
+        tree_attention_mode: One of ``TREE_ATTENTION_MODES`` (see the module docstring).
         dropout: Attention dropout probability, applied in training mode only.
         scaling: Softmax scale (``head_dim ** -0.5`` when None).
         sliding_window: Window of sliding-attention layers, counted in path positions (depth).
         softcap: Attention logit soft-capping.
-        **kwargs: Everything else the model forwards (``position_ids``, ...), ignored.
+        **kwargs: Everything else the model forwards (``position_ids``, ``tree_parent_index``, ...), ignored.
 
     Returns:
         ``([1, N, H, D] attention output, None)``.
@@ -235,22 +276,48 @@ def tree_sdpa_attention(
         )
     if query.shape[0] != 1:
         raise ValueError(f"a packed tree row has batch size 1, got query of shape {tuple(query.shape)}")
-    groups = getattr(module, "num_key_value_groups", 1)
-    if groups > 1:
-        # Masked SDPA with enable_gqa falls back to the math kernel on CUDA; repeating is the portable choice.
-        key, value = repeat_kv(key, groups), repeat_kv(value, groups)
     attend = {
         "scaling": scaling,
         "dropout": dropout if module.training else 0.0,
         "softcap": softcap,
     }
     n_tokens = query.shape[2]
+    if tree_attention_mode not in TREE_ATTENTION_MODES:
+        raise ValueError(f"tree_attention_mode must be one of {TREE_ATTENTION_MODES}, got {tree_attention_mode!r}")
     if tree_attention_mode == "auto":
-        tree_attention_mode = "dense" if n_tokens <= DENSE_MAX_TOKENS else "segments"
+        if flex_attention_available(query.device) and not attend["dropout"]:
+            tree_attention_mode = "flex"
+        else:
+            tree_attention_mode = "dense" if n_tokens <= DENSE_MAX_TOKENS else "segments"
+    if tree_attention_mode not in _kernels_used:
+        _kernels_used.add(tree_attention_mode)
+        logger.info("tree attention: %s kernel (%s, %d packed tokens)", tree_attention_mode, query.device, n_tokens)
+    if tree_attention_mode == "flex":
+        if attend["dropout"]:
+            raise ValueError("tree_attention_mode='flex' has no attention dropout; use 'dense' or 'segments'")
+        if tree_subtree_end is None or tree_depth is None:
+            index = tree_index(tree_kv_index, tree_cu_seqlens_q, tree_cu_seqlens_k)
+            tree_subtree_end, tree_depth = index.subtree_end, index.depth
+        # The kernel handles grouped-query heads itself: no repeated K/V.
+        out = flex_tree_attention(
+            query,
+            key,
+            value,
+            subtree_end=tree_subtree_end,
+            depth=tree_depth,
+            scaling=scaling,
+            sliding_window=sliding_window,
+            softcap=softcap,
+        )
+        return out.transpose(1, 2).contiguous(), None
+    groups = getattr(module, "num_key_value_groups", 1)
+    if groups > 1:
+        # Masked SDPA with enable_gqa falls back to the math kernel on CUDA; repeating is the portable choice.
+        key, value = repeat_kv(key, groups), repeat_kv(value, groups)
     if tree_attention_mode == "dense":
         mask = tree_ancestor_mask(tree_kv_index, tree_cu_seqlens_q, tree_cu_seqlens_k, sliding_window)
         out = _attend(query, key, value, mask[None, None], **attend)
-    elif tree_attention_mode == "segments":
+    else:
         out = _segment_attention(
             query,
             key,
@@ -261,8 +328,6 @@ def tree_sdpa_attention(
             sliding_window=sliding_window,
             **attend,
         )
-    else:
-        raise ValueError(f"tree_attention_mode must be 'auto', 'dense' or 'segments', got {tree_attention_mode!r}")
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -282,19 +347,39 @@ def unwrap_peft(model: torch.nn.Module) -> torch.nn.Module:
 def check_tree_packing_supported(model: torch.nn.Module) -> None:
     """Raise ValueError when the model cannot be trained on tree-packed rows.
 
-    Recurrent or convolutional layers (LFM2's ``conv``) scan the row in packed order and would mix branches;
-    attention sinks are not implemented here. Such models use padded batches instead.
+    Attention layers and the short convolutions of LFM2 / LFM2-MoE (run along the tree by
+    :mod:`harness_rl.train.hybrid_conv`) are supported. Other layers that scan the row in packed order (Mamba,
+    linear attention, a ``conv`` layer of an unknown class) would mix branches, and attention sinks are not
+    implemented here; such models use padded batches instead.
     """
-    config = unwrap_peft(model).config
+    base = unwrap_peft(model)
+    config = base.config
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    other_layers = set(getattr(text_config, "layer_types", None) or []) - _ATTENTION_LAYER_TYPES
+    layer_types = list(getattr(text_config, "layer_types", None) or [])
+    other_layers = set(layer_types) - _ATTENTION_LAYER_TYPES - {_CONV_LAYER_TYPE}
     if other_layers:
         raise ValueError(
-            f"{type(unwrap_peft(model)).__name__} has {sorted(other_layers)} layers, which mix tokens in packed "
-            "order; tree packing is only valid for attention-only models. Use padded batches."
+            f"{type(base).__name__} has {sorted(other_layers)} layers, which mix tokens in packed order; tree "
+            "packing supports attention and LFM2 short-conv layers only. Use padded batches (trainer.packing=padded)."
+        )
+    n_conv = layer_types.count(_CONV_LAYER_TYPE)
+    if n_conv and len(conv_layers(base)) != n_conv:
+        raise ValueError(
+            f"{type(base).__name__} declares {n_conv} 'conv' layers but {len(conv_layers(base))} are LFM2 short "
+            "convolutions that can follow a tree; tree packing would mix branches. Use padded batches "
+            "(trainer.packing=padded)."
         )
     if any(name.endswith(".sinks") for name, _ in model.named_parameters()):
-        raise ValueError("tree attention does not support attention sinks; use padded batches")
+        raise ValueError("tree attention does not support attention sinks; use padded batches (trainer.packing=padded)")
+
+
+def tree_packing_supported(model: torch.nn.Module) -> bool:
+    """Whether :func:`check_tree_packing_supported` accepts the model (choose tree rows or padded batches)."""
+    try:
+        check_tree_packing_supported(model)
+    except ValueError:
+        return False
+    return True
 
 
 def uses_tree_attention(model: torch.nn.Module) -> bool:
@@ -303,14 +388,17 @@ def uses_tree_attention(model: torch.nn.Module) -> bool:
 
 
 def enable_tree_attention(model: torch.nn.Module) -> None:
-    """Check the model and switch it (in place, PEFT wrapper or not) to tree attention.
+    """Check the model and switch it (in place, PEFT wrapper or not) to tree attention and tree convolutions.
 
     Switch once and keep it: the implementation is looked up at forward time, so a gradient-checkpointing
-    recompute during backward must find the same one that ran forward.
+    recompute during backward must find the same one that ran forward. Plain forwards (no tree kwargs) of the
+    switched model are unchanged: causal SDPA and transformers' own short convolution.
     """
     check_tree_packing_supported(model)
     register_tree_attention()
-    unwrap_peft(model).set_attn_implementation(TREE_ATTENTION)
+    base = unwrap_peft(model)
+    base.set_attn_implementation(TREE_ATTENTION)
+    enable_tree_conv(base)
 
 
 @contextlib.contextmanager
