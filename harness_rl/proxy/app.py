@@ -53,7 +53,9 @@ def create_app(
         upstream_transport: an httpx transport for the engine (tests); without one the proxy reaches the engine
             with aiohttp (see proxy/upstream.py).
         sessions: an existing store to share (default: a fresh one, exposed as app.state.sessions).
-        context_length: the engine's context length for the model listings (default: ask the engine once).
+        context_length: the engine's context length (``max_model_len``), for the model listings and to cap each
+            call's output budget (default: the listings ask the engine once; the relay learns it from the first
+            engine refusal that names it).
         safety_gate: the run's safety gate; sessions registered with a ``safety`` spec are inspected by it
             (None: no call is inspected).
 
@@ -76,6 +78,7 @@ def create_app(
         base_model=base_model,
         max_body_bytes=max_body_bytes,
         budget_message=budget_message,
+        max_model_len=context_length,
     )
 
     dialects = list(dialects if dialects is not None else default_dialects())

@@ -86,6 +86,11 @@ class FakeEngine:
         omit_token_ids: behave like an engine that ignores return_token_ids.
         fail_after_chunks: when streaming, drop the connection after this many chunks.
         status: answer every request with this HTTP error status instead.
+        context_limit: enforce this context length as vLLM 0.32 does (see proxy/context.py): a prompt over it
+            is refused with vLLM's 400, a prompt of exactly it gets "max_tokens must be at least 1, got 0", and
+            an output budget that does not fit is clamped (finish_reason "length").
+        refuse_long_output: with ``context_limit``, refuse an output budget that does not fit as vLLM 0.7-0.1x
+            did ("'max_tokens' or 'max_completion_tokens' is too large") instead of clamping it.
     """
 
     def __init__(
@@ -123,6 +128,8 @@ class FakeEngine:
         omit_token_ids: bool = False,
         fail_after_chunks: int | None = None,
         status: int | None = None,
+        context_limit: int | None = None,
+        refuse_long_output: bool = False,
     ) -> FakeEngine:
         """Replaces the script and behaviour and forgets recorded requests (reuse one server across tests)."""
         self.replies = list(replies or [])
@@ -130,6 +137,8 @@ class FakeEngine:
         self.omit_token_ids = omit_token_ids
         self.fail_after_chunks = fail_after_chunks
         self.status = status
+        self.context_limit = context_limit
+        self.refuse_long_output = refuse_long_output
         self.requests: list[dict[str, Any]] = []
         return self
 
@@ -148,11 +157,18 @@ class FakeEngine:
                 "code": self.status,
             }
             return JSONResponse({"error": error}, status_code=self.status)
-        reply = self.replies.pop(0) if self.replies else Reply(text="ok")
         prompt = render_prompt(body["messages"])
+        room = None
+        if self.context_limit is not None:
+            room = self._context_room(len(prompt), body.get("max_tokens"))
+            if isinstance(room, Response):
+                return room
+        reply = self.replies.pop(0) if self.replies else Reply(text="ok")
         text = render_assistant(reply.text, reply.tool_calls)
         completion = tokenize_text(text)[: body.get("max_tokens") or None] + [END]
         finish = "tool_calls" if reply.tool_calls else "stop"
+        if room is not None and len(completion) > room:
+            completion, finish = completion[:room], "length"
         tool_calls = [
             {
                 "id": f"call_{uuid.uuid4().hex[:8]}",
@@ -187,6 +203,26 @@ class FakeEngine:
             out["prompt_token_ids"] = prompt
             choice["token_ids"] = completion
         return JSONResponse(out)
+
+    def _context_room(self, n_prompt: int, max_tokens: int | None) -> int | Response:
+        """The output budget vLLM 0.32 would grant, or its 400 (messages as in vllm/renderers/params.py)."""
+        limit = self.context_limit
+        assert limit is not None
+        if max_tokens is not None and max_tokens > limit:
+            return _bad_request(f"max_tokens={max_tokens} cannot be greater than max_model_len={limit}. "
+                                "Please request fewer output tokens.", "max_tokens")  # fmt: skip
+        if n_prompt > limit:
+            return _bad_request(f"This model's maximum context length is {limit} tokens. However, your prompt "
+                                f"contains {n_prompt} input tokens, which exceeds this limit even without any output "
+                                "tokens. Please reduce the length of the input prompt.", "input_tokens")  # fmt: skip
+        room = limit - n_prompt if max_tokens is None else min(max_tokens, limit - n_prompt)
+        if self.refuse_long_output and max_tokens is not None and n_prompt + max_tokens > limit:
+            return _bad_request(f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's "
+                                f"maximum context length is {limit} tokens and your request has {n_prompt} input "
+                                f"tokens ({max_tokens} > {limit} - {n_prompt}).", None)  # fmt: skip
+        if room < 1:
+            return _bad_request(f"max_tokens must be at least 1, got {room}.", "max_tokens")
+        return room
 
     @staticmethod
     def _logprob_entry(position: int, token_id: int) -> dict[str, Any]:
@@ -233,3 +269,8 @@ class FakeEngine:
             if self.chunk_delay_s:
                 await asyncio.sleep(self.chunk_delay_s)
         yield "data: [DONE]\n\n"
+
+
+def _bad_request(message: str, param: str | None) -> Response:
+    """vLLM's 400 body (``ErrorResponse``)."""
+    return JSONResponse({"error": {"message": message, "type": "BadRequestError", "param": param, "code": 400}}, 400)

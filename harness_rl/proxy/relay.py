@@ -2,6 +2,11 @@
 
 Everything here is dialect-independent; a Dialect only decodes the request and encodes replies, errors
 and stream events.
+
+The model's context is part of the attempt, not a fault: a call whose output budget outgrows the context is
+retried once with what is left of it, and a call whose prompt alone fills the context is answered by the proxy
+with a plain assistant reply that ends the run (see proxy/context.py), recorded as a ``context_exhausted`` event
+on the session rather than as a failure, so the rollout is still scored as the attempt it was.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from harness_rl.proxy import fast_json
 from harness_rl.proxy.capture import CallCapture, CaptureError
+from harness_rl.proxy.context import ContextRefusal, context_message, parse_context_refusal
 from harness_rl.proxy.dialects.base import DecodedRequest, Dialect
 from harness_rl.proxy.errors import ProxyError
 from harness_rl.proxy.gatekeeper import Block, StreamHold, TextBlock
@@ -46,12 +52,15 @@ class Relay:
         base_model: str,
         max_body_bytes: int,
         budget_message: str = BUDGET_MESSAGE,
+        max_model_len: int | None = None,
     ) -> None:
         self.sessions = sessions
         self.upstream = upstream
         self.base_model = base_model
         self.max_body_bytes = max_body_bytes
         self.budget_message = budget_message
+        #: The engine's context length: given at start, or learned from the engine's first refusal that names it.
+        self.max_model_len = max_model_len
 
     async def handle(self, request: Request, dialect: Dialect) -> Response:
         try:
@@ -92,6 +101,9 @@ class Relay:
         body = dict(req.upstream_body)
         body["model"] = model
         dropped = apply_sampling_policy(body, session.purpose, session.sampling)
+        if self.max_model_len is not None and body.get("max_tokens") is not None:
+            # No output budget can exceed the whole context; vLLM refuses one that does without looking further.
+            body["max_tokens"] = min(int(body["max_tokens"]), self.max_model_len)
         body["return_token_ids"] = True
         body["logprobs"] = True
         if not req.options.get("logprobs"):
@@ -120,6 +132,12 @@ class Relay:
         t_start = time.time()
         try:
             status, content = await self.upstream.post_json(CHAT_PATH, body)
+            if status == 400:
+                refusal = self._context_refusal(session, body, content)
+                if refusal is not None and refusal.exhausted:
+                    return self._context_reply(session, dialect, req, model, refusal)
+                if refusal is not None:
+                    status, content = await self.upstream.post_json(CHAT_PATH, body)
         except UpstreamError as exc:
             return _upstream_unreachable(session, dialect, exc)
         if status != 200:
@@ -153,13 +171,19 @@ class Relay:
         t_start = time.time()
         try:
             resp = await self.upstream.open_stream(CHAT_PATH, body)
+            if resp.status_code == 400:
+                content = await _read_refusal(resp)
+                refusal = self._context_refusal(session, body, content)
+                if refusal is not None and refusal.exhausted:
+                    return self._context_reply(session, dialect, req, model, refusal)
+                if refusal is None:
+                    return _upstream_refused(session, dialect, 400, content)
+                resp = await self.upstream.open_stream(CHAT_PATH, body)
         except UpstreamError as exc:
             return _upstream_unreachable(session, dialect, exc)
         if resp.status_code != 200:
             # Refusals come before any event, so the client still gets a proper HTTP error status.
-            content = await resp.aread()
-            await resp.aclose()
-            return _upstream_refused(session, dialect, resp.status_code, content)
+            return _upstream_refused(session, dialect, resp.status_code, await _read_refusal(resp))
         encoder = dialect.stream_encoder(req)
 
         async def events() -> AsyncIterator[bytes]:
@@ -290,18 +314,41 @@ class Relay:
             t_end=now,
             budget_exhausted=True,
         )
-        if not req.stream:
-            return JSONResponse(dialect.encode_response(_budget_completion(model, self.budget_message), req))
-        encoder = dialect.stream_encoder(req)
+        return _proxy_reply(dialect, req, model, self.budget_message, "stop")
 
-        async def events() -> AsyncIterator[bytes]:
-            for chunk in _budget_chunks(model, self.budget_message):
-                for event in encoder.on_chunk(chunk):
-                    yield event
-            for event in encoder.on_end():
-                yield event
+    def _context_refusal(self, session: Session, body: dict, content: bytes) -> ContextRefusal | None:
+        """Reads an engine 400; for an output budget that outgrew the context, sets the budget that fits in
+        ``body`` (the caller sends it once more) and records the clamp on the session."""
+        refusal = parse_context_refusal(_refusal_message(content), body.get("max_tokens"))
+        if refusal is None:
+            return None
+        if refusal.max_model_len is not None:
+            self.max_model_len = refusal.max_model_len
+        if not refusal.exhausted:
+            session.record_event(
+                "max_tokens_clamped",
+                requested=body.get("max_tokens"),
+                max_tokens=refusal.retry_max_tokens,
+                prompt_tokens=refusal.prompt_tokens,
+                max_model_len=refusal.max_model_len,
+            )
+            body["max_tokens"] = refusal.retry_max_tokens
+        return refusal
 
-        return StreamingResponse(events(), media_type="text/event-stream", headers=_SSE_HEADERS)
+    def _context_reply(
+        self, session: Session, dialect: Dialect, req: DecodedRequest, model: str, refusal: ContextRefusal
+    ) -> Response:
+        """Answers a call whose prompt alone fills the model's context, in the caller's dialect.
+
+        A plain assistant text with finish_reason "length" (the model had no room left to answer), which ends a
+        harness's run like the request-budget reply does; a harness that compacts its history and asks again is
+        sent to the engine again. Recorded as an event: the rollout is a real attempt that ran out of context.
+        """
+        max_model_len = refusal.max_model_len or self.max_model_len
+        session.record_event(
+            "context_exhausted", prompt_tokens=refusal.prompt_tokens, max_model_len=max_model_len, dialect=dialect.name
+        )
+        return _proxy_reply(dialect, req, model, context_message(max_model_len), "length")
 
 
 async def _sse_data_batches(resp: UpstreamStream) -> AsyncIterator[list[bytes]]:
@@ -338,6 +385,37 @@ def _review_reply(session: Session, data: dict[str, Any], request_tools: Any) ->
     return []
 
 
+def _proxy_reply(dialect: Dialect, req: DecodedRequest, model: str, text: str, finish_reason: str) -> Response:
+    """A reply the proxy makes itself (request budget, full context), streamed or not as the client asked."""
+    if not req.stream:
+        return JSONResponse(dialect.encode_response(_budget_completion(model, text, finish_reason), req))
+    encoder = dialect.stream_encoder(req)
+
+    async def events() -> AsyncIterator[bytes]:
+        for chunk in _budget_chunks(model, text, finish_reason):
+            for event in encoder.on_chunk(chunk):
+                yield event
+        for event in encoder.on_end():
+            yield event
+
+    return StreamingResponse(events(), media_type="text/event-stream", headers=_SSE_HEADERS)
+
+
+async def _read_refusal(resp: UpstreamStream) -> bytes:
+    """The body of a refused stream request (an error object, not events); releases the connection."""
+    try:
+        return await resp.aread()
+    finally:
+        await resp.aclose()
+
+
+def _refusal_message(content: bytes) -> str:
+    try:
+        return _error_message(json.loads(content))
+    except ValueError:
+        return content.decode(errors="replace")[:2000]
+
+
 def _error_response(dialect: Dialect, error: ProxyError) -> Response:
     return JSONResponse(dialect.error_body(error), status_code=error.status)
 
@@ -357,29 +435,26 @@ def _upstream_unreachable(session: Session, dialect: Dialect, exc: UpstreamError
 
 
 def _upstream_refused(session: Session, dialect: Dialect, status: int, content: bytes) -> Response:
-    try:
-        message = _error_message(json.loads(content))
-    except ValueError:
-        message = content.decode(errors="replace")[:2000]
+    message = _refusal_message(content)
     session.record_failure("upstream_error", message, status=status)
     # The engine's 4xx (e.g. prompt longer than the context) is the client's problem; its 5xx is ours.
     client_status = status if 400 <= status < 500 else 502
     return _error_response(dialect, ProxyError(client_status, "upstream_error", f"Engine error {status}: {message}"))
 
 
-def _budget_completion(model: str, text: str) -> dict[str, Any]:
+def _budget_completion(model: str, text: str, finish_reason: str = "stop") -> dict[str, Any]:
     """A chat.completion as the engine would send it, for a reply the engine never made."""
     return {
         "id": f"chatcmpl-budget-{uuid.uuid4().hex}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}],
         "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
     }
 
 
-def _budget_chunks(model: str, text: str) -> list[dict[str, Any]]:
+def _budget_chunks(model: str, text: str, finish_reason: str = "stop") -> list[dict[str, Any]]:
     base = {
         "id": f"chatcmpl-budget-{uuid.uuid4().hex}",
         "object": "chat.completion.chunk",
@@ -389,7 +464,7 @@ def _budget_chunks(model: str, text: str) -> list[dict[str, Any]]:
     deltas = [
         ({"role": "assistant", "content": ""}, None),
         ({"content": text}, None),
-        ({}, "stop"),
+        ({}, finish_reason),
     ]
     chunks = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": f}]} for d, f in deltas]
     chunks.append({**base, "choices": [], "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})

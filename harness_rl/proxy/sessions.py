@@ -3,7 +3,8 @@
 The rollout worker registers one session per harness run (admin API); the harness then uses the session
 key as its API key. A session fixes the adapter, the purpose (train/eval), the sampling policy and the
 request budget, and accumulates the rollout graph plus any failures (calls that could not be captured
-must never vanish silently from training data).
+must never vanish silently from training data) and events (what the proxy did about a call that is not a fault:
+an output budget clamped to the context, a prompt that no longer fits in it).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class Session:
     created: float = field(default_factory=time.time)
     requests: int = 0
     failures: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
     graph: RolloutGraph = field(default_factory=RolloutGraph)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -65,10 +67,17 @@ class Session:
         with self._lock:
             self.failures.append({"t": time.time(), "kind": kind, "message": message, **details})
 
+    def record_event(self, kind: str, **details: Any) -> None:
+        """Keeps something the proxy did about a call that is part of the attempt, not a fault (e.g.
+        ``context_exhausted``: the prompt alone filled the model's context and the proxy answered instead)."""
+        with self._lock:
+            self.events.append({"t": time.time(), "kind": kind, **details})
+
     def trace(self) -> dict[str, Any]:
         """The session's trace JSON (see the proxy contract)."""
         with self._lock:
             failures = [dict(f) for f in self.failures]
+            events = [dict(e) for e in self.events]
             requests = self.requests
         return {
             "key": self.key,
@@ -80,6 +89,7 @@ class Session:
             "sampling": self.sampling.to_json(),
             "requests": requests,
             "failures": failures,
+            "events": events,
             "nodes": [n.to_json() for n in self.graph.nodes],
             "sequences": self.graph.sequences(),
         }

@@ -2,8 +2,19 @@
 
 Order matters: the session is registered before the harness starts (its key is the harness's API key), the
 trace is taken after the harness exits (the proxy has then seen every call), and the verifier runs last, on the
-workspace the harness left. Any failure along the way marks the rollout unscorable with the reason; it never
-turns into a reward of 0 that would poison its group's advantages.
+workspace the harness left.
+
+A rollout is scored as the attempt it was however the agent's run ended: submitted, stopped by its own limits,
+killed at the wall-clock limit, out of context, or stopped by the request budget (the verifier gives 0 when
+nothing was solved). Dropping those would bias each group towards short, easy attempts. Only an infrastructure
+fault marks a rollout unscorable, with the reason (it never becomes a reward of 0 that would poison its group's
+advantages): a harness that cannot start, no trace, an engine that failed or could not be reached, a call that
+could not be captured, a verifier or sandbox that failed.
+
+A harness killed at the wall-clock limit leaves nothing running that could still change the workspace: the sandbox
+kills the run's whole process group, every descendant and every process carrying the run's marker before
+``harness.run`` returns (sandbox/local.py ``run``; the docker sandbox kills the container), so the verifier sees
+the workspace as the agent left it.
 """
 
 from __future__ import annotations
@@ -15,7 +26,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from harness_rl.envs.task import Task, lay_out_workspace
 from harness_rl.envs.verify import verify
@@ -24,6 +35,19 @@ from harness_rl.proxy.export import write_trace_jsonl
 from harness_rl.rollout.proxy_admin import ProxyAdmin
 
 log = logging.getLogger(__name__)
+
+#: Why a rollout's run ended: the harness's own ``exit_kind`` (submitted, limits_exceeded, format_error, error,
+#: no_output), or what stopped it from outside: ``timeout`` (killed at the wall-clock limit), ``context_exhausted``
+#: (its prompt outgrew the model's context and the proxy's reply ended it), ``request_budget`` (the proxy answered
+#: its calls past the budget), ``harness_failed`` (it could not start).
+EndReason = Literal[
+    "submitted", "limits_exceeded", "format_error", "error", "no_output",
+    "timeout", "context_exhausted", "request_budget", "harness_failed",
+]  # fmt: skip
+
+#: Proxy failure kinds that are part of the attempt when the harness was killed at the wall-clock limit: the kill
+#: closes the stream the harness was reading. Every other failure kind is an infrastructure fault.
+_KILL_FAILURES = frozenset({"client_disconnected"})
 
 
 @dataclass
@@ -60,6 +84,7 @@ class RolloutResult:
         tool_calls: Actions the model took, counted from the captured graph.
         reward: Set by the group once all rollouts are scored.
         rollout_dir: Folder with the workspace, harness logs and trace.
+        end_reason: Why the run ended (see ``EndReason``).
     """
 
     task_id: str
@@ -77,6 +102,7 @@ class RolloutResult:
     blocked: list[dict[str, Any]] = field(default_factory=list)
     #: The reward by component (correctness, efficiency, block_penalty, total); set with ``reward``.
     reward_parts: dict[str, float] | None = None
+    end_reason: EndReason | None = None
 
     def summary(self) -> dict[str, Any]:
         """A compact JSON record for ``rollouts.jsonl``."""
@@ -85,6 +111,7 @@ class RolloutResult:
             "task_id": self.task_id,
             "adapter": self.adapter,
             "exit_kind": self.outcome.exit_kind if self.outcome else None,
+            "end_reason": self.end_reason,
             "score": self.score,
             "reward": self.reward,
             "reward_parts": self.reward_parts,
@@ -107,6 +134,36 @@ def count_tool_calls(trace: dict[str, Any]) -> int:
     nodes = [n for n in trace.get("nodes", []) if not n.get("budget_exhausted")]
     structured = sum(len(n.get("tool_calls") or []) for n in nodes)
     return structured if structured else len(nodes)
+
+
+def end_reason(outcome: HarnessOutcome | None, trace: dict[str, Any] | None) -> EndReason | None:
+    """Why the run ended: the wall-clock kill first (nothing after it is the agent's), else the proxy's own final
+    reply when the session's last call got one (context exhausted, request budget), else the harness's exit kind.
+
+    The last call decides, not any earlier one: a harness that compacted its history after a full-context reply and
+    went on to submit ended by submitting.
+    """
+    if outcome is not None and outcome.timed_out:
+        return "timeout"
+    trace = trace or {}
+    calls = [(n["t_start"], "request_budget" if n.get("budget_exhausted") else "model") for n in trace.get("nodes", [])]
+    calls += [(e["t"], "context_exhausted") for e in trace.get("events", []) if e.get("kind") == "context_exhausted"]
+    last = max(calls)[1] if calls else "model"
+    if last != "model":
+        return last
+    return outcome.exit_kind if outcome is not None else "harness_failed"
+
+
+def infrastructure_faults(trace: dict[str, Any], *, timed_out: bool) -> list[dict[str, Any]]:
+    """The proxy failures that are faults of the infrastructure rather than part of the attempt.
+
+    Engine refusals over the context length never show up here (the proxy records them as events), nor do calls
+    the request budget answered. A stream the harness stopped reading because it was killed at the wall-clock
+    limit is part of a timed-out attempt; anything else the proxy could not serve or capture (engine 5xx or other
+    refusal, unreachable engine, stream or JSON errors, missing or bad token ids) is a fault.
+    """
+    failures = trace.get("failures") or []
+    return [f for f in failures if not (timed_out and f.get("kind") in _KILL_FAILURES)]
 
 
 def request_budget(harness: Harness, settings: RolloutSettings) -> int:
@@ -197,12 +254,16 @@ def run_rollout(
         write_trace_jsonl(rollout_dir / "trace.jsonl", trace)
     if outcome is not None:
         write_json_atomically(rollout_dir / "outcome.json", outcome.to_dict())
-    if unscorable is None and outcome is not None and outcome.timed_out:
-        unscorable = f"harness killed at the {settings.timeout_s:g} s wall-clock limit"
-    if unscorable is None and trace is not None and trace.get("failures"):
-        unscorable = f"proxy recorded {len(trace['failures'])} failed call(s): {trace['failures'][0]}"
+    timed_out = outcome is not None and outcome.timed_out
+    faults = infrastructure_faults(trace, timed_out=timed_out) if trace is not None else []
+    if unscorable is None and faults:
+        unscorable = f"proxy recorded {len(faults)} failed call(s): {faults[0]}"
     if unscorable is None and trace is not None and not trace.get("sequences"):
-        unscorable = "no training sequence captured (the harness made no engine call)"
+        unscorable = "no training sequence captured (" + (
+            "the first prompt alone exceeded the model's context)"
+            if any(e.get("kind") == "context_exhausted" for e in trace.get("events") or [])
+            else "the harness made no engine call)"
+        )
     score = None
     if unscorable is None:
         # A task's own verifier limit wins over the run's default (its author knows how long its tests take).
@@ -228,4 +289,5 @@ def run_rollout(
         blocked=[block for node in (trace or {}).get("nodes", []) for block in node.get("blocked") or []],
         rollout_dir=rollout_dir,
         seconds=time.monotonic() - start,
+        end_reason=end_reason(outcome, trace),
     )

@@ -1,5 +1,6 @@
-"""A rollout is registered with the proxy, traced, verified and scored; any failure (a harness killed at its
-limit, a crashing verifier, no captured call) marks it unscorable instead of giving it reward 0."""
+"""A rollout is registered with the proxy, traced, verified and scored as the attempt it was, however it ended (a
+harness killed at its wall-clock limit included); an infrastructure fault (a crashing verifier, no captured call)
+marks it unscorable instead of giving it reward 0."""
 
 from __future__ import annotations
 
@@ -75,7 +76,7 @@ def test_solved_rollout_is_scored_and_traced(proxy, tmp_path):
     task = smoke_task("t1", "out.txt", "apple")
     result = _rollout(proxy, tmp_path, ScriptedHarness(), task, ["thinking", "echo apple > out.txt"])
     assert result.unscorable is None
-    assert result.score == 1.0
+    assert result.score == 1.0 and result.end_reason == "submitted"
     assert result.tool_calls == 2
     assert result.trace["requests"] == 2
     assert len(result.trace["sequences"]) == 1  # the second call extends the first
@@ -88,11 +89,14 @@ def test_wrong_answer_scores_zero_not_unscorable(proxy, tmp_path):
     assert result.unscorable is None and result.score == 0.0
 
 
-def test_timed_out_harness_is_unscorable(proxy, tmp_path):
+# Until issue 12 a timed-out harness was unscorable, which dropped slow attempts from their groups and biased
+# learning towards short easy ones: the verifier now scores the workspace the killed harness left.
+@pytest.mark.parametrize("reply, score", [("echo pear > out.txt", 0.0), ("echo apple > out.txt", 1.0)])
+def test_timed_out_harness_is_scored_as_its_attempt(proxy, tmp_path, reply, score):
     task = smoke_task("t1", "out.txt", "apple")
-    result = _rollout(proxy, tmp_path, ScriptedHarness(timed_out=True), task, ["echo apple > out.txt", "x"])
-    assert result.score is None
-    assert "wall-clock" in result.unscorable
+    result = _rollout(proxy, tmp_path, ScriptedHarness(timed_out=True), task, [reply, "x"])
+    assert result.unscorable is None and result.score == score
+    assert result.end_reason == "timeout" and result.summary()["end_reason"] == "timeout"
 
 
 def test_crashing_verifier_is_unscorable(proxy, tmp_path):
@@ -113,10 +117,9 @@ def test_harness_without_engine_call_is_unscorable(proxy, tmp_path):
 def test_group_scoring_excludes_unscorable_rollouts(proxy, tmp_path):
     task = smoke_task("t1", "out.txt", "apple")
     results = []
-    for i, (replies, timed_out) in enumerate(
-        [(["echo apple > out.txt", "x"], False), (["no", "no"], False), (["echo apple > out.txt", "x"], True)]
-    ):
-        results.append(_rollout(proxy, tmp_path / str(i), ScriptedHarness(timed_out=timed_out), task, replies))
+    # The third harness makes no engine call: nothing was captured, so it is unscorable.
+    for i, (replies, steps) in enumerate([(["echo apple > out.txt", "x"], 2), (["no", "no"], 2), ([], 0)]):
+        results.append(_rollout(proxy, tmp_path / str(i), ScriptedHarness(steps=steps), task, replies))
     group = score_group(7, task, "scripted", 3, results, compute_group_rewards, scale_rewards=True)
     assert group.rewards[0] == pytest.approx(1.0) and group.rewards[1] == 0.0 and group.rewards[2] is None
     assert group.advantages[0] > 0 > group.advantages[1] and group.advantages[2] is None

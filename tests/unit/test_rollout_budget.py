@@ -73,3 +73,6 @@ def test_the_proxy_enforces_the_budget_in_a_rollout(tmp_path, hard, engine_calls
         assert len(proxy.engine.requests) == engine_calls  # the rest were answered by the proxy itself
     assert result.outcome.n_turns == 8 and result.trace["requests"] == 8
     assert sum(1 for n in result.trace["nodes"] if n["budget_exhausted"]) == 8 - engine_calls
+    # A run that loops until its budget is an attempt like any other: scored by its verifier (nothing solved: 0).
+    assert result.unscorable is None and result.score == 0.0
+    assert result.end_reason == "request_budget" and result.summary()["end_reason"] == "request_budget"
