@@ -3,7 +3,8 @@
 A row is TRL's ``TreeRow``: a prefix trie of samples whose ``pack()`` gives one padding-free row in which every
 shared prefix (the group's prompt, a conversation before a retry) is forwarded once; see
 :mod:`harness_rl.train.tree_attention` for how it is attended. The budget bounds a row's *unique* tokens (and
-its trained tokens), so it bounds the memory of one forward.
+its trained tokens), so it bounds the memory of one forward. Models that cannot be tree-packed train on
+right-padded batches whose cells (batch size x longest sample) obey the same budget.
 
 A sample is a dict with ``input_ids`` (LongTensor[T]), ``completion_mask`` (0/1 [T], 1 where the token was
 sampled by the policy), ``old_log_probs`` (FloatTensor[T], the sampler's log-prob of each token, 0 elsewhere),
@@ -27,10 +28,10 @@ with warnings.catch_warnings():
 __all__ = [
     "TreeRow",
     "pack_stats",
+    "RowPlanner",
     "pad_samples",
-    "plan_micro_batches",
+    "plan_padded_batches",
     "plan_rows",
-    "split_micro_batches",
     "validate_sample",
 ]
 
@@ -53,13 +54,49 @@ def validate_sample(sample: dict[str, Any]) -> None:
         raise ValueError(f"sample advantage must be a finite float, got {advantage!r} (drop unscorable rollouts)")
 
 
+class RowPlanner:
+    """Places samples one at a time into tree rows of at most ``token_budget`` unique (and trained) tokens.
+
+    Each sample goes to the least-loaded row already holding its group that still fits (the prompt is there, so
+    it costs only its continuation), else to the least-loaded row that fits, else to a new row. Incremental, so a
+    step assembler can ask how many rows the groups taken so far need without re-planning them for every offer.
+    """
+
+    def __init__(self, token_budget: int):
+        if token_budget < 1:
+            raise ValueError(f"token_budget must be >= 1, got {token_budget}")
+        self.token_budget = token_budget
+        self.rows: list[TreeRow] = []
+
+    def place(self, sample: dict[str, Any]) -> TreeRow:
+        """Add ``sample`` to a row and return that row.
+
+        Raises:
+            ValueError: The sample is longer than ``token_budget`` on its own, or is malformed.
+        """
+        validate_sample(sample)
+        if len(sample["input_ids"]) > self.token_budget:
+            raise ValueError(
+                f"sample of {len(sample['input_ids'])} tokens exceeds token_budget={self.token_budget}; raise the "
+                "budget to at least the engine's max_model_len"
+            )
+        fitting = [row for row in self.rows if row.fits(sample, self.token_budget)]
+        home = [row for row in fitting if sample["group_id"] in row.groups]
+        candidates = home or fitting
+        if candidates:
+            row = min(candidates, key=lambda r: r.load)
+        else:
+            row = TreeRow()
+            self.rows.append(row)
+        row.add(sample)
+        return row
+
+
 def plan_rows(samples: Sequence[dict[str, Any]], token_budget: int) -> list[TreeRow]:
-    """Greedily place samples into rows of at most ``token_budget`` unique (and trained) tokens.
+    """Greedily place samples into rows of at most ``token_budget`` unique (and trained) tokens (:class:`RowPlanner`).
 
     Samples are taken group by group (groups in order of first appearance, samples in order within a group),
-    so an interleaved queue still packs each group's rollouts next to their shared prompt. Each goes to the
-    least-loaded row already holding its group that still fits (the prompt is there, so it costs only its
-    continuation), else to the least-loaded row that fits, else to a new row.
+    so an interleaved queue still packs each group's rollouts next to their shared prompt.
 
     Raises:
         ValueError: A sample is longer than ``token_budget`` on its own, or is malformed.
@@ -68,45 +105,34 @@ def plan_rows(samples: Sequence[dict[str, Any]], token_budget: int) -> list[Tree
     for sample in samples:
         validate_sample(sample)
         by_group.setdefault(sample["group_id"], []).append(sample)
-    rows: list[TreeRow] = []
+    planner = RowPlanner(token_budget)
     for sample in (s for group in by_group.values() for s in group):
-        if len(sample["input_ids"]) > token_budget:
-            raise ValueError(
-                f"sample of {len(sample['input_ids'])} tokens exceeds token_budget={token_budget}; raise the "
-                "budget to at least the engine's max_model_len"
-            )
-        fitting = [row for row in rows if row.fits(sample, token_budget)]
-        home = [row for row in fitting if sample["group_id"] in row.groups]
-        candidates = home or fitting
-        if candidates:
-            row = min(candidates, key=lambda r: r.load)
-        else:
-            row = TreeRow()
-            rows.append(row)
-        row.add(sample)
-    return rows
+        planner.place(sample)
+    return planner.rows
 
 
-def split_micro_batches(rows: Sequence[TreeRow], n_micro: int) -> list[list[TreeRow]]:
-    """Split rows into at most ``n_micro`` non-empty micro-batches of balanced attention cost.
+def plan_padded_batches(samples: Sequence[dict[str, Any]], token_budget: int) -> list[list[dict[str, Any]]]:
+    """Split samples into right-padded batches of at most ``token_budget`` cells (batch size x longest sample).
 
-    Longest-processing-time first on ``TreeRow.load`` (sum of token depths, the attention cost), so that
-    micro-batches take similar time. Fewer rows than ``n_micro`` give one row per micro-batch.
+    Longest first, each batch filled while ``(size + 1) x width`` fits its width (its first, longest sample):
+    sorting makes samples of similar length share a batch, so little of the budget is spent on padding.
+
+    Raises:
+        ValueError: A sample is longer than ``token_budget`` on its own, or is malformed.
     """
-    if n_micro < 1:
-        raise ValueError(f"n_micro must be >= 1, got {n_micro}")
-    batches: list[list[TreeRow]] = [[] for _ in range(min(n_micro, len(rows)))]
-    loads = [0] * len(batches)
-    for row in sorted(rows, key=lambda r: r.load, reverse=True):
-        target = loads.index(min(loads))
-        batches[target].append(row)
-        loads[target] += row.load
+    batches: list[list[dict[str, Any]]] = []
+    width = 0
+    for sample in sorted(samples, key=lambda s: len(s["input_ids"]), reverse=True):
+        validate_sample(sample)
+        n = len(sample["input_ids"])
+        if n > token_budget:
+            raise ValueError(f"sample of {n} tokens exceeds token_budget={token_budget}")
+        if batches and (len(batches[-1]) + 1) * width <= token_budget:
+            batches[-1].append(sample)
+        else:
+            batches.append([sample])
+            width = n
     return batches
-
-
-def plan_micro_batches(samples: Sequence[dict[str, Any]], token_budget: int, n_micro: int) -> list[list[TreeRow]]:
-    """:func:`plan_rows` then :func:`split_micro_batches`."""
-    return split_micro_batches(plan_rows(samples, token_budget), n_micro)
 
 
 def pack_stats(rows: Sequence[TreeRow]) -> dict[str, float]:

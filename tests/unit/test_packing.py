@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from harness_rl.train.packing import (
+    RowPlanner,
     pack_stats,
     pad_samples,
-    plan_micro_batches,
+    plan_padded_batches,
     plan_rows,
-    split_micro_batches,
     validate_sample,
 )
 
@@ -72,15 +72,28 @@ def test_every_trained_token_appears_once_per_sample() -> None:
             assert torch.all(packed["advantages"][terms] == s["advantage"])
 
 
-def test_split_micro_batches_balances_and_covers() -> None:
-    rows = plan_rows(groups_of(n_groups=5), token_budget=120)
-    batches = split_micro_batches(rows, 3)
-    assert len(batches) == 3 and all(batches)
-    assert sorted(id(r) for b in batches for r in b) == sorted(id(r) for r in rows)
-    assert len(split_micro_batches(rows[:2], 8)) == 2
-    with pytest.raises(ValueError):
-        split_micro_batches(rows, 0)
-    assert sum(len(b) for b in plan_micro_batches(groups_of(), 140, 2)) == len(plan_rows(groups_of(), 140))
+def test_row_planner_one_sample_at_a_time_equals_plan_rows() -> None:
+    samples = groups_of(n_groups=4)
+    grouped = sorted(samples, key=lambda s: s["group_id"])  # plan_rows takes samples group by group
+    planner = RowPlanner(140)
+    for s in grouped:
+        planner.place(s)
+    expected = plan_rows(samples, 140)
+    assert [[id(s) for s in row.samples] for row in planner.rows] == [[id(s) for s in row.samples] for row in expected]
+    with pytest.raises(ValueError, match="token_budget"):
+        RowPlanner(0)
+
+
+def test_padded_batches_obey_the_budget_in_cells() -> None:
+    samples = groups_of(n_groups=3)  # lengths 40, 47, 54, 61 per group
+    batches = plan_padded_batches(samples, token_budget=130)
+    for batch in batches:
+        assert len(batch) * max(len(s["input_ids"]) for s in batch) <= 130
+    assert sorted(id(s) for b in batches for s in b) == sorted(id(s) for s in samples)
+    # Longest first: the three 61-token samples cannot share (3 x 61 > 130), two do.
+    assert [len(b) for b in batches][:2] == [2, 2]
+    with pytest.raises(ValueError, match="token_budget=50"):
+        plan_padded_batches(samples, token_budget=50)
 
 
 def test_malformed_and_unscorable_samples_are_rejected() -> None:

@@ -1,0 +1,122 @@
+"""A step's micro-batches each stay within the token budget, over-budget samples are dropped and counted, and the
+assembler takes groups until the step's micro-batches would overflow, never splitting a group across steps."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from harness_rl.train.step_plan import StepAssembler, StepPlanner, plan_step
+
+
+def make_group(group_id: int, lengths: list[int], prompt_len: int = 20, informative: bool = True):
+    """A group whose samples share a ``prompt_len`` prompt and have the given total lengths."""
+    gen = torch.Generator().manual_seed(group_id)
+    prompt = torch.randint(0, 1000, (prompt_len,), generator=gen)
+    samples = []
+    for i, n in enumerate(lengths):
+        ids = torch.cat([prompt, torch.randint(0, 1000, (n - prompt_len,), generator=gen)])
+        mask = torch.zeros(n, dtype=torch.long)
+        mask[prompt_len:] = 1
+        samples.append(
+            {
+                "input_ids": ids,
+                "completion_mask": mask,
+                "old_log_probs": -mask.float(),
+                "advantage": 1.0 if i % 2 else -1.0,
+                "group_id": group_id,
+                "policy_version": 0,
+            }
+        )
+    return SimpleNamespace(group_id=group_id, samples=samples, informative=informative)
+
+
+@pytest.mark.parametrize("packing", ["tree", "padded"])
+def test_every_micro_batch_within_budget_and_over_budget_samples_counted(packing: str) -> None:
+    groups = [make_group(0, [60, 70, 80, 300]), make_group(1, [50, 90])]
+    plan = plan_step([s for g in groups for s in g.samples], token_budget=200, packing=packing)
+    for batch in plan.micro_batches:
+        assert batch.forwarded_tokens <= 200
+        if packing == "padded":
+            assert batch.forwarded_tokens == len(batch.samples) * max(len(s["input_ids"]) for s in batch.samples)
+    stats = plan.stats()
+    assert stats["batch/samples_over_budget"] == 1 and len(plan.over_budget[0]["input_ids"]) == 300
+    kept = [s for b in plan.micro_batches for s in b.samples]
+    assert len(kept) == 5
+    assert plan.trained_tokens == sum(int(s["completion_mask"][1:].sum()) for s in kept)
+    assert stats["batch/raw_tokens"] == 60 + 70 + 80 + 50 + 90
+    if packing == "tree":
+        # Shared prompts are forwarded once per row.
+        assert stats["batch/unique_tokens"] < stats["batch/raw_tokens"] and stats["batch/packing_ratio"] > 1
+    else:
+        assert stats["batch/packing_ratio"] <= 1
+
+
+def test_planner_rejects_unresolved_packing() -> None:
+    with pytest.raises(ValueError, match="auto"):
+        StepPlanner(100, "auto")
+
+
+def assembler(**over) -> StepAssembler:
+    args = {"token_budget": 210, "packing": "tree", "max_micro_batches": 2, "max_groups": 10}
+    return StepAssembler(**(args | over))
+
+
+def test_groups_per_step_follow_rollout_length() -> None:
+    # Short rollouts: a group of 4 x 40 tokens is 19 + 4 x 21 = 103 unique tokens (a trie forks one token before
+    # the samples diverge); four groups fit in 2 micro-batches of 210.
+    short = assembler()
+    decisions = [short.offer(make_group(i, [40, 40, 40, 40])) for i in range(5)]
+    assert decisions == ["trained"] * 4 + ["held"] and short.full
+    assert len(short.finish().trained) == 4
+    # Long rollouts: 4 x 110 tokens = 19 + 4 x 91 = 383 unique tokens need 2 micro-batches alone: one group a step.
+    long = assembler()
+    assert [long.offer(make_group(i, [110, 110, 110, 110])) for i in range(2)] == ["trained", "held"]
+    step = long.finish()
+    assert [g.group_id for g in step.trained] == [0]
+
+
+def test_held_group_opens_the_next_step_and_is_never_split() -> None:
+    a = assembler()
+    groups = [make_group(i, [110, 110, 110, 110]) for i in range(3)]
+    a.offer(groups[0])
+    assert a.offer(groups[1]) == "held"
+    first = a.finish()
+    # The held group is already in the next step; nothing of it was in the first.
+    assert [g.group_id for g in a.trained] == [1]
+    assert a.offer(groups[2]) == "held"
+    second = a.finish()
+    assert [g.group_id for g in first.trained] == [0] and [g.group_id for g in second.trained] == [1]
+
+
+def test_group_larger_than_the_step_is_taken_alone_and_split_by_sample() -> None:
+    a = assembler(max_micro_batches=1)
+    big = make_group(0, [150, 150, 150])  # two samples of 150 exceed 210 unique tokens: three rows
+    assert a.offer(big) == "trained" and a.full  # nothing else can join a step already over its micro-batches
+    step = a.finish()
+    assert [g.group_id for g in step.trained] == [0] and not a.trained
+    plan = plan_step(step.trained[0].samples, token_budget=210, packing="tree")
+    assert len(plan.micro_batches) == 3 and all(b.forwarded_tokens <= 210 for b in plan.micro_batches)
+
+
+def test_tasks_per_step_caps_groups() -> None:
+    a = assembler(max_groups=2)
+    assert [a.offer(make_group(i, [30, 30])) for i in range(2)] == ["trained", "trained"] and a.full
+    with pytest.raises(RuntimeError, match="finish"):
+        a.offer(make_group(9, [30, 30]))
+
+
+def test_uninformative_groups_are_skipped_until_the_fallback() -> None:
+    a = assembler(max_groups=1, skip_limit=2)
+    flat = [make_group(i, [30, 30], informative=False) for i in range(3)]
+    assert [a.offer(g) for g in flat] == ["skipped", "skipped", "trained"]
+    step = a.finish()
+    assert [g.group_id for g in step.consumed] == [2, 0, 1] and [g.group_id for g in step.trained] == [2]
+
+
+def test_samples_of_filters_what_counts_toward_the_budget() -> None:
+    # A staleness filter that drops everything: no budget is used, so the cap on groups ends the step.
+    a = assembler(max_micro_batches=1, max_groups=3, samples_of=lambda g: [])
+    assert [a.offer(make_group(i, [150, 150])) for i in range(3)] == ["trained"] * 3
