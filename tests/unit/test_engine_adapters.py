@@ -86,12 +86,62 @@ def test_slots_are_per_harness(engine):
     reg.publish("pi", 0, "/a")
     reg.publish("pi", 1, "/a")
     reg.publish("codex", 0, "/b")
+    assert reg.publish("codex", 1, "/b") == "codex-v1"  # pi's two versions take none of codex's slots
+    with pytest.raises(AdapterSlotsFull, match="retire older versions first"):
+        reg.publish("pi", 2, "/a")  # both slots hold live versions: the caller forgot to retire
+    assert reg.evictions == 0 and engine.loaded.keys() == {"pi-v0", "pi-v1", "codex-v0", "codex-v1"}
+
+
+def test_full_slots_ask_the_evictor_to_release_stale_pins(engine):
+    """A retired version pinned by a slow group: the publish asks the harness's evictor, which releases it."""
+    reg = AdapterRegistry(engine, max_live_versions=2, evict_wait_s=30)
+    asked: list[int] = []
+
+    def cancel_stale(min_version):
+        asked.append(min_version)
+        reg.release("pi-v0")
+
+    reg.add_evictor("pi", cancel_stale)
+    reg.add_evictor("codex", lambda v: pytest.fail("another harness's evictor was asked"))
+    reg.publish("pi", 0, "/a")
+    reg.publish("pi", 1, "/a")
     reg.acquire("pi-v0")
     reg.retire_older_than("pi", 1)
-    with pytest.raises(AdapterSlotsFull, match="retire older versions first"):
-        reg.publish("pi", 2, "/a")  # v0 is retired but still in use, so it still holds a slot
-    reg.release("pi-v0")
     assert reg.publish("pi", 2, "/a") == "pi-v2"
+    assert asked == [1]
+    assert ("unload", "pi-v0") in engine.calls and reg.loaded() == ["pi-v1", "pi-v2"]
+    assert reg.evictions == 1 and reg.forced_unloads == 0
+
+
+def test_unreleased_stale_pin_is_unloaded_after_the_wait(engine):
+    """Nobody releases the retired version in time: the publish unloads it anyway instead of failing the run."""
+    reg = AdapterRegistry(engine, max_live_versions=2, evict_wait_s=0.05)
+    reg.add_evictor("pi", lambda v: None)  # an evictor that cannot help
+    reg.publish("pi", 0, "/a")
+    reg.publish("pi", 1, "/a")
+    reg.acquire("pi-v0")
+    reg.acquire("pi-v0")
+    reg.retire_older_than("pi", 1)
+    assert reg.publish("pi", 2, "/a") == "pi-v2"
+    assert "pi-v0" not in engine.loaded and reg.loaded() == ["pi-v1", "pi-v2"]
+    assert reg.forced_unloads == 1
+    reg.release("pi-v0")  # its users still release it: no error, no second unload
+    reg.release("pi-v0")
+    with pytest.raises(KeyError):
+        reg.release("pi-v0")  # but not more often than they acquired it
+    assert engine.calls.count(("unload", "pi-v0")) == 1
+
+
+def test_a_release_during_the_wait_frees_the_slot(engine):
+    reg = AdapterRegistry(engine, max_live_versions=2, evict_wait_s=30)
+    reg.publish("pi", 0, "/a")
+    reg.publish("pi", 1, "/a")
+    reg.acquire("pi-v0")
+    reg.retire_older_than("pi", 1)
+    # The evictor hands the release to another thread (as a worker's group thread would) and returns.
+    reg.add_evictor("pi", lambda v: threading.Timer(0.05, reg.release, args=("pi-v0",)).start())
+    assert reg.publish("pi", 2, "/a") == "pi-v2"
+    assert reg.forced_unloads == 0 and reg.loaded() == ["pi-v1", "pi-v2"]
 
 
 def test_failed_load_records_nothing(engine):
