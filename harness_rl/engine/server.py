@@ -90,6 +90,12 @@ class VLLMServer:
         kv_cache_gib: KV-cache size in GiB on CPU (VLLM_CPU_KVCACHE_SPACE); ignored on GPU.
         logprobs_mode: vLLM `--logprobs-mode`; None keeps vLLM's default "raw_logprobs", i.e. log-probs of
             the model's distribution before temperature/top-p ("processed_logprobs" gives the sampled one).
+        generation_config: vLLM `--generation-config`. "vllm" (default) samples with vLLM's neutral defaults:
+            a model's generation_config.json (top_k, min_p, repetition_penalty) would otherwise become every
+            request's default and move the sampled distribution, and so the recorded log-probs, away from the
+            temperature-only one the trainer computes. "auto" applies the model's file; None omits the flag.
+        gpu_memory_utilization: vLLM's share of each of its GPUs (`--gpu-memory-utilization`); CUDA only.
+        tensor_parallel_size: GPUs vLLM shards the model over (`--tensor-parallel-size`); CUDA only.
         extra_args: Further command-line arguments appended verbatim.
         log_path: Where the server's stdout+stderr go; a temporary file when None.
         startup_timeout_s: How long start() waits for /health.
@@ -114,6 +120,9 @@ class VLLMServer:
         chat_template: str | Path | None = None,
         kv_cache_gib: float = 2,
         logprobs_mode: str | None = None,
+        generation_config: str | None = "vllm",
+        gpu_memory_utilization: float | None = None,
+        tensor_parallel_size: int = 1,
         extra_args: Sequence[str] = (),
         log_path: Path | None = None,
         startup_timeout_s: float = 300,
@@ -134,6 +143,9 @@ class VLLMServer:
         self.chat_template = str(chat_template) if chat_template is not None else None
         self.kv_cache_gib = kv_cache_gib
         self.logprobs_mode = logprobs_mode
+        self.generation_config = generation_config
+        self.gpu_memory_utilization = gpu_memory_utilization
+        self.tensor_parallel_size = tensor_parallel_size
         self.extra_args = list(extra_args)
         self.log_path = Path(log_path) if log_path is not None else None
         self.startup_timeout_s = startup_timeout_s
@@ -179,6 +191,13 @@ class VLLMServer:
             cmd += ["--chat-template", self.chat_template]
         if self.logprobs_mode:
             cmd += ["--logprobs-mode", self.logprobs_mode]
+        if self.generation_config:
+            cmd += ["--generation-config", self.generation_config]
+        if self.device == "cuda":
+            if self.gpu_memory_utilization is not None:
+                cmd += ["--gpu-memory-utilization", f"{self.gpu_memory_utilization:g}"]
+            if self.tensor_parallel_size > 1:
+                cmd += ["--tensor-parallel-size", str(self.tensor_parallel_size)]
         return cmd + self.extra_args
 
     def environment(self) -> dict[str, str]:

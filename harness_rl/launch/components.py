@@ -22,11 +22,11 @@ log = logging.getLogger(__name__)
 def build_engine(cfg: DictConfig, model_path: str, *, log_path: Path | None) -> Any:
     """The vLLM server for ``cfg`` (not started): LoRA on, adapter slots for every trainer's window."""
     from harness_rl.config.validators import required_adapter_slots
-    from harness_rl.engine.server import VLLMServer, detect_device
+    from harness_rl.engine.server import VLLMServer
+    from harness_rl.launch.placement import engine_device, engine_env, engine_tensor_parallel_size
     from harness_rl.models.registry import EMBEDDED_MODELS
 
-    device = {"auto": "auto", "cpu": "cpu", "gpu": "cuda"}[cfg.engine.backend]
-    device = detect_device() if device == "auto" else device
+    device = engine_device(cfg)
     dtype = cfg.engine.dtype
     if dtype == "auto":
         # float32 on CPU: engine and trainer log-probs then agree to ~1e-5 (bf16 on CPU: ~1e-1).
@@ -45,11 +45,14 @@ def build_engine(cfg: DictConfig, model_path: str, *, log_path: Path | None) -> 
         chat_template=embedded.chat_template if embedded else None,
         kv_cache_gib=cfg.engine.kv_cache_gib,
         logprobs_mode=cfg.engine.logprobs_mode,
+        generation_config=cfg.engine.generation_config,
+        gpu_memory_utilization=cfg.engine.gpu_memory_utilization,
+        tensor_parallel_size=engine_tensor_parallel_size(cfg),
         extra_args=list(cfg.engine.extra_args),
         log_path=log_path,
         startup_timeout_s=cfg.engine.startup_timeout_s,
         device=device,
-        env=dict(cfg.engine.env),
+        env={**engine_env(cfg), **cfg.engine.env},  # engine.env wins: a user's CUDA_VISIBLE_DEVICES is kept
     )
 
 

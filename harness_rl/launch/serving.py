@@ -46,19 +46,21 @@ def start_serving(
     *,
     status: Callable[[str], AbstractContextManager[Any]],
 ) -> Serving:
-    """Start vLLM, then the safety gate and the capture proxy in front of it.
+    """Check the devices, then start vLLM, the safety gate and the capture proxy in front of it.
 
     Args:
         cfg: The composed config (engine, model, proxy, safety groups).
-        model_path: The resolved base model path.
+        model_path: The resolved base model path (``resolve_model_path``, which fails fast on a missing model).
         out_dir: Where ``engine.log`` and the gate's ``safety_audit.jsonl`` go.
         stack: Receives every stop, registered right after each start.
         status: Shows a spinner while vLLM starts (the caller's progress display).
     """
     from harness_rl.engine.client import EngineClient
+    from harness_rl.launch.placement import check_devices
     from harness_rl.proxy.server import ProxyServer
     from harness_rl.rollout.proxy_admin import ProxyAdmin
 
+    check_devices(cfg)  # engine=gpu without CUDA or GPU vLLM: one line now, not vLLM's traceback later
     engine = build_engine(cfg, model_path, log_path=out_dir / "engine.log")
     stack.callback(engine.stop)
     with status(f"starting vLLM ({engine.device}) on {cfg.model.name}"):

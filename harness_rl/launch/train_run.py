@@ -45,6 +45,7 @@ def run_training(cfg: DictConfig) -> float:
 
 def _run(cfg: DictConfig, stack: ExitStack) -> float:
     from harness_rl.engine.adapters import AdapterRegistry
+    from harness_rl.launch.placement import check_devices, describe, trainer_device
     from harness_rl.models.fetch import resolve_model_path
     from harness_rl.rollout.worker import RolloutWorker, group_metrics
     from harness_rl.sandbox.local import LocalSandbox
@@ -52,9 +53,12 @@ def _run(cfg: DictConfig, stack: ExitStack) -> float:
     from harness_rl.tracking.jsonl import JsonlSink
     from harness_rl.train.trainer import PolicyTrainer
 
+    # What this machine may lack (the weights, a GPU, a harness) fails here in seconds, in one line, before a
+    # run folder or a process exists.
+    model_path = resolve_model_path(cfg.model.path)
+    check_devices(cfg)
+    log.info(describe(cfg))
     run_dir = Path(cfg.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     sandbox = LocalSandbox(
         address_space_bytes=int(cfg.budget.memory_limit_gib * (1 << 30)),
         hidden_paths=(run_dir,),
@@ -62,7 +66,8 @@ def _run(cfg: DictConfig, stack: ExitStack) -> float:
     )
     harnesses = {name: build_harness(name, cfg, sandbox) for name in cfg.harness.mix}
     check_harnesses_installed(harnesses)
-    model_path = resolve_model_path(cfg.model.path)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     write_run_metadata(run_dir, cfg, model_path, harnesses, isolation=sandbox.isolation)
     log.info("run folder: %s", run_dir)
 
@@ -110,6 +115,7 @@ def _run(cfg: DictConfig, stack: ExitStack) -> float:
                 registry=registry,
                 run_dir=run_dir,
                 seed=cfg.seed + index,
+                device=trainer_device(cfg, index),
             )
         trainer.publish()  # v0: the untrained adapter, so every rollout names an adapter version
         trainers[name] = trainer

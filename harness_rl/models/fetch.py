@@ -7,6 +7,7 @@ tool-capable chat template, so vLLM and transformers both load the directory wit
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -29,6 +30,8 @@ MANIFEST = "harness_rl_model.json"
 _RECIPE_VERSION = 1
 # A build folder untouched this long belongs to a killed fetch, not to one still running.
 _ABANDONED_AFTER_S = 3600
+#: How long resolve_model_path waits for the hub to answer before calling it unreachable.
+HUB_TIMEOUT_S = 5.0
 
 
 class ModelFetchError(RuntimeError):
@@ -101,15 +104,21 @@ def ensure_model(name: str = "smollm2-135m", cache_dir: Path | None = None) -> P
     return target
 
 
-def resolve_model_path(name_or_path: str) -> str:
-    """Turn a model reference from a config into something vLLM and transformers can load.
+def resolve_model_path(name_or_path: str, *, hub_timeout_s: float = HUB_TIMEOUT_S) -> str:
+    """Turn a model reference from a config into something vLLM and transformers can load, before anything starts.
 
     Args:
         name_or_path: An embedded model name, an existing local directory, or a hub id.
+        hub_timeout_s: How long the reachability check of the hub may take.
 
     Returns:
         The converted directory for an embedded name (fetched if needed), the directory itself for an
-        existing path, and a hub id unchanged (GPU clusters download it themselves).
+        existing path, the hub cache's snapshot folder for a cached hub id, and a hub id unchanged when it is
+        not cached but the hub answers for it (vLLM then downloads it, and the trainers read vLLM's download).
+
+    Raises:
+        ModelFetchError: None of these: one line saying what to do (download command, ``model.path=...``).
+            A missing model fails here in seconds instead of inside vLLM a minute after the run started.
     """
     if name_or_path in EMBEDDED_MODELS:
         return str(ensure_model(name_or_path))
@@ -118,12 +127,50 @@ def resolve_model_path(name_or_path: str) -> str:
         return str(path.resolve())
     # A hub id is "org/name"; anything shaped like a filesystem path that does not exist is a typo or a
     # missing download, and vLLM would otherwise spend a minute trying to reach the hub with it.
-    if name_or_path.startswith(("/", "./", "../", "~")) or path.exists():
+    if name_or_path.startswith(("/", "./", "../", "~")) or path.exists() or name_or_path.count("/") != 1:
         raise ModelFetchError(
             f"model path {name_or_path} is not a model directory; set model.path to an embedded model "
             f"({', '.join(EMBEDDED_MODELS)}), an existing directory, or a hub id"
         )
-    return name_or_path
+    return _resolve_hub_model(name_or_path, hub_timeout_s)
+
+
+@functools.cache  # one hub check per process: train.py checks before its heavy imports, the run again
+def _resolve_hub_model(repo_id: str, timeout_s: float) -> str:
+    """The hub cache's snapshot of ``repo_id``, else ``repo_id`` itself when the hub answers for it."""
+    from huggingface_hub import HfApi, constants, snapshot_download
+    from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    try:
+        folder = snapshot_download(repo_id, local_files_only=True)
+    except (LocalEntryNotFoundError, FileNotFoundError):
+        folder = None
+    if folder is not None and (Path(folder) / "config.json").is_file():
+        return folder
+    todo = (
+        f"run `hf download {repo_id}` where the hub is reachable (HF_HOME={constants.HF_HOME}), "
+        f"or set model.path=/path/to/model"
+    )
+    if constants.HF_HUB_OFFLINE:
+        raise ModelFetchError(f"model {repo_id} is not in the hub cache and HF_HUB_OFFLINE is set: {todo}")
+    try:
+        HfApi().model_info(repo_id, timeout=timeout_s)
+    except GatedRepoError:
+        raise ModelFetchError(
+            f"model {repo_id} is gated on the hub: accept its terms on huggingface.co and log in (`hf auth login`), "
+            "or set model.path=/path/to/model"
+        ) from None
+    except RepositoryNotFoundError:
+        raise ModelFetchError(
+            f"model {repo_id} is not on the hub (or is private: log in with `hf auth login`); check model.path"
+        ) from None
+    # Anything else means no answer: DNS, refused connection, timeout, proxy, 5xx. The HTTP client's own error
+    # classes change between huggingface_hub releases (httpx, httpx2, requests), so none is named here.
+    except Exception as err:  # noqa: BLE001
+        raise ModelFetchError(
+            f"model {repo_id} is not in the hub cache and the hub is unreachable ({type(err).__name__}): {todo}"
+        ) from None
+    return repo_id
 
 
 def _download_gguf(spec: EmbeddedModel, dest: Path) -> Path:

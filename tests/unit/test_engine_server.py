@@ -81,6 +81,23 @@ def test_environment_enables_runtime_lora_and_cpu_kv_cache(tmp_path):
     assert monkeypatch_env.get("VLLM_CPU_KVCACHE_SPACE") == os.environ.get("VLLM_CPU_KVCACHE_SPACE")
 
 
+def test_engine_samples_with_vllm_defaults_not_the_models_generation_config(tmp_path):
+    # The model's generation_config.json (top_k, min_p, repetition_penalty) must not shape what is sampled;
+    # tests/integration/test_sampling_fidelity.py shows the recorded log-probs drift without this flag.
+    cmd = " ".join(make_server(tmp_path, port=1).command())
+    assert "--generation-config vllm" in cmd
+    assert "--generation-config" not in make_server(tmp_path, port=1, generation_config=None).command()
+
+
+def test_gpu_flags_only_on_cuda(tmp_path):
+    gpu = make_server(tmp_path, port=1, device="cuda", gpu_memory_utilization=0.8, tensor_parallel_size=2)
+    assert "--gpu-memory-utilization 0.8 --tensor-parallel-size 2" in " ".join(gpu.command())
+    single = make_server(tmp_path, port=1, device="cuda", gpu_memory_utilization=0.8)
+    assert "--tensor-parallel-size" not in single.command()
+    cpu = make_server(tmp_path, port=1, device="cpu", gpu_memory_utilization=0.8, tensor_parallel_size=2)
+    assert "--gpu-memory-utilization" not in cpu.command() and "--tensor-parallel-size" not in cpu.command()
+
+
 def test_no_tool_flags_without_parser(tmp_path):
     assert "--enable-auto-tool-choice" not in make_server(tmp_path, port=1).command()
 

@@ -50,9 +50,85 @@ def test_cache_dir_follows_env(monkeypatch, tmp_path):
     assert fetch.default_cache_dir() == Path.home() / ".cache" / "harness_rl" / "models"
 
 
-def test_resolve_model_path_keeps_dirs_and_hub_ids(tmp_path):
+@pytest.fixture
+def hub(monkeypatch, tmp_path):
+    """An empty hub cache under tmp_path, the hub online, and model_info answered by ``hub.answer``."""
+    from huggingface_hub import HfApi, constants
+
+    cache = tmp_path / "hub"
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    fetch._resolve_hub_model.cache_clear()
+
+    class Hub:
+        cache_dir = cache
+        answer: BaseException | None = None
+        asked: list[str] = []
+
+        def snapshot(self, repo_id: str) -> Path:
+            """Lay out a cached snapshot the way huggingface_hub does (refs/main -> snapshots/<commit>)."""
+            repo = cache / f"models--{repo_id.replace('/', '--')}"
+            folder = repo / "snapshots" / ("a" * 40)
+            folder.mkdir(parents=True)
+            (folder / "config.json").write_text("{}")
+            (repo / "refs").mkdir()
+            (repo / "refs" / "main").write_text("a" * 40)
+            return folder
+
+    state = Hub()
+
+    def model_info(self, repo_id, timeout=None, **_):
+        state.asked.append(repo_id)
+        if state.answer is not None:
+            raise state.answer
+        return object()
+
+    monkeypatch.setattr(HfApi, "model_info", model_info)
+    yield state
+    fetch._resolve_hub_model.cache_clear()
+
+
+def test_resolve_model_path_keeps_dirs(tmp_path):
     assert fetch.resolve_model_path(str(tmp_path)) == str(tmp_path.resolve())
+
+
+def test_cached_hub_model_resolves_to_its_snapshot_without_the_hub(hub):
+    folder = hub.snapshot("LiquidAI/LFM2-350M")
+    hub.answer = OSError("the hub must not be asked")
+    assert fetch.resolve_model_path("LiquidAI/LFM2-350M") == str(folder)
+    assert hub.asked == []
+
+
+def test_uncached_hub_model_is_kept_when_the_hub_answers(hub):
     assert fetch.resolve_model_path("LiquidAI/LFM2-350M") == "LiquidAI/LFM2-350M"
+    assert hub.asked == ["LiquidAI/LFM2-350M"]
+
+
+def test_uncached_model_with_the_hub_unreachable_says_what_to_do(hub):
+    hub.answer = ConnectionError("Name or service not known")
+    with pytest.raises(fetch.ModelFetchError) as err:
+        fetch.resolve_model_path("LiquidAI/LFM3-1.7B")
+    message = str(err.value)
+    assert "not in the hub cache and the hub is unreachable" in message
+    assert "`hf download LiquidAI/LFM3-1.7B`" in message and "model.path=" in message
+    assert "\n" not in message
+
+
+def test_offline_hub_fails_without_asking(hub, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(fetch.ModelFetchError, match="HF_HUB_OFFLINE is set: run `hf download LiquidAI/LFM3-1.7B`"):
+        fetch.resolve_model_path("LiquidAI/LFM3-1.7B")
+    assert hub.asked == []
+
+
+def test_unknown_hub_model_is_named(hub):
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    hub.answer = RepositoryNotFoundError.__new__(RepositoryNotFoundError)  # its __init__ wants an HTTP response
+    with pytest.raises(fetch.ModelFetchError, match="LiquidAI/Nope is not on the hub"):
+        fetch.resolve_model_path("LiquidAI/Nope")
 
 
 def test_current_model_dir_is_a_no_op(monkeypatch, tmp_path):
