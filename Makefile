@@ -55,5 +55,7 @@ lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
+# Tree vs padding-free vs padded packing on captured pi groups, hybrid LFM2 packing, step memory at 4x samples
+# (benchmarks/packing.py; ends with issue 12's acceptance line). ARGS="--help" lists the knobs.
 bench: install
-	$(PY) -m harness_rl.train.bench
+	$(PY) -m benchmarks.packing $(ARGS)
