@@ -168,7 +168,9 @@ class FakeEngine:
         completion = tokenize_text(text)[: body.get("max_tokens") or None] + [END]
         finish = "tool_calls" if reply.tool_calls else "stop"
         if room is not None and len(completion) > room:
+            # Cut off by the context: the reply is the text sampled so far (a cut tool call is just text).
             completion, finish = completion[:room], "length"
+            reply = Reply(text="".join(map(chr, completion)))
         tool_calls = [
             {
                 "id": f"call_{uuid.uuid4().hex[:8]}",
@@ -208,7 +210,7 @@ class FakeEngine:
         """The output budget vLLM 0.32 would grant, or its 400 (messages as in vllm/renderers/params.py)."""
         limit = self.context_limit
         assert limit is not None
-        if max_tokens is not None and max_tokens > limit:
+        if max_tokens is not None and max_tokens > limit and not self.refuse_long_output:
             return _bad_request(f"max_tokens={max_tokens} cannot be greater than max_model_len={limit}. "
                                 "Please request fewer output tokens.", "max_tokens")  # fmt: skip
         if n_prompt > limit:

@@ -131,15 +131,12 @@ class Relay:
     ) -> Response:
         t_start = time.time()
         try:
-            status, content = await self.upstream.post_json(CHAT_PATH, body)
-            if status == 400:
-                refusal = self._context_refusal(session, body, content)
-                if refusal is not None and refusal.exhausted:
-                    return self._context_reply(session, dialect, req, model, refusal)
-                if refusal is not None:
-                    status, content = await self.upstream.post_json(CHAT_PATH, body)
+            sent = await self._post(session, body)
         except UpstreamError as exc:
             return _upstream_unreachable(session, dialect, exc)
+        if isinstance(sent, ContextRefusal):
+            return self._context_reply(session, dialect, req, model, sent)
+        status, content = sent
         if status != 200:
             return _upstream_refused(session, dialect, status, content)
         try:
@@ -170,20 +167,14 @@ class Relay:
     ) -> Response:
         t_start = time.time()
         try:
-            resp = await self.upstream.open_stream(CHAT_PATH, body)
-            if resp.status_code == 400:
-                content = await _read_refusal(resp)
-                refusal = self._context_refusal(session, body, content)
-                if refusal is not None and refusal.exhausted:
-                    return self._context_reply(session, dialect, req, model, refusal)
-                if refusal is None:
-                    return _upstream_refused(session, dialect, 400, content)
-                resp = await self.upstream.open_stream(CHAT_PATH, body)
+            resp = await self._open_stream(session, body)
         except UpstreamError as exc:
             return _upstream_unreachable(session, dialect, exc)
-        if resp.status_code != 200:
+        if isinstance(resp, ContextRefusal):
+            return self._context_reply(session, dialect, req, model, resp)
+        if isinstance(resp, tuple):
             # Refusals come before any event, so the client still gets a proper HTTP error status.
-            return _upstream_refused(session, dialect, resp.status_code, await _read_refusal(resp))
+            return _upstream_refused(session, dialect, *resp)
         encoder = dialect.stream_encoder(req)
 
         async def events() -> AsyncIterator[bytes]:
@@ -316,14 +307,50 @@ class Relay:
         )
         return _proxy_reply(dialect, req, model, self.budget_message, "stop")
 
-    def _context_refusal(self, session: Session, body: dict, content: bytes) -> ContextRefusal | None:
-        """Reads an engine 400; for an output budget that outgrew the context, sets the budget that fits in
-        ``body`` (the caller sends it once more) and records the clamp on the session."""
+    async def _post(self, session: Session, body: dict) -> tuple[int, bytes] | ContextRefusal:
+        """A non-streamed engine call fitted to the context: (status, body), or the refusal of a prompt that fills
+        it. Raises UpstreamError like ``Upstream.post_json``."""
+        status, content = await self.upstream.post_json(CHAT_PATH, body)
+        refusal = self._context_refusal(session, body, status, content, may_retry=True)
+        if refusal is not None and not refusal.exhausted:
+            status, content = await self.upstream.post_json(CHAT_PATH, body)
+            refusal = self._context_refusal(session, body, status, content, may_retry=False)
+        return refusal if refusal is not None else (status, content)
+
+    async def _open_stream(self, session: Session, body: dict) -> UpstreamStream | tuple[int, bytes] | ContextRefusal:
+        """``_post`` for a streamed call: the open stream, (status, body) of a refusal, or a full context."""
+        resp = await self.upstream.open_stream(CHAT_PATH, body)
+        if resp.status_code == 200:
+            return resp
+        content = await _read_refusal(resp)
+        refusal = self._context_refusal(session, body, resp.status_code, content, may_retry=True)
+        if refusal is not None and not refusal.exhausted:
+            resp = await self.upstream.open_stream(CHAT_PATH, body)
+            if resp.status_code == 200:
+                return resp
+            content = await _read_refusal(resp)
+            refusal = self._context_refusal(session, body, resp.status_code, content, may_retry=False)
+        return refusal if refusal is not None else (resp.status_code, content)
+
+    def _context_refusal(
+        self, session: Session, body: dict, status: int, content: bytes, *, may_retry: bool
+    ) -> ContextRefusal | None:
+        """Reads an engine refusal about the context length (None: any other reply, or a budget refusal past the
+        one retry). For an output budget that outgrew the context, sets the budget that fits in ``body`` and
+        records the clamp on the session; the caller sends the call once more.
+
+        Two refusals can come in a row: vLLM 0.32 checks ``max_tokens <= max_model_len`` before it measures the
+        prompt, so a prompt over the context can be refused only after the capped retry.
+        """
+        if status != 400:
+            return None
         refusal = parse_context_refusal(_refusal_message(content), body.get("max_tokens"))
         if refusal is None:
             return None
         if refusal.max_model_len is not None:
             self.max_model_len = refusal.max_model_len
+        if not refusal.exhausted and not may_retry:
+            return None
         if not refusal.exhausted:
             session.record_event(
                 "max_tokens_clamped",
