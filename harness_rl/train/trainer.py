@@ -1,9 +1,14 @@
 """One harness's policy: a PEFT LoRA adapter on the base model, trained by asynchronous GRPO steps.
 
-The trainer never talks to a harness. It drains scored groups (from the rollout worker's queue), drops samples
-sampled more than ``max_staleness`` versions ago, packs the rest into token-budgeted micro-batches, takes one
-optimizer step on the clipped importance-weighted loss against the log-probs the engine recorded, and publishes
-the new adapter version to the engine under a fresh name (``<harness>-v<k>``) without pausing it.
+The trainer never talks to a harness. It takes the scored groups of one step (chosen by the launcher's
+:class:`~harness_rl.train.step_plan.StepAssembler`), drops samples sampled more than ``max_staleness`` versions
+ago, plans the rest into micro-batches of at most ``token_budget`` tokens, runs forward+backward per micro-batch on
+the clipped importance-weighted loss against the log-probs the engine recorded (normalised by the whole step's
+trained tokens, so the gradient does not depend on how the step is split), takes one optimizer step and publishes
+the new adapter version to the engine under a fresh name (``<harness>-v<k>``) without pausing it. A step with
+nothing to train on takes no optimizer step and publishes nothing: versions count real updates.
+
+Where it runs and in which precision is :mod:`harness_rl.train.placement`'s decision.
 """
 
 from __future__ import annotations
@@ -20,10 +25,15 @@ from harness_rl.rollout.group import ScoredGroup
 from harness_rl.train.checkpoint import save_adapter_atomically, save_checkpoint
 from harness_rl.train.logprobs import packed_token_logprobs, padded_token_logprobs
 from harness_rl.train.loss import grpo_loss
-from harness_rl.train.packing import pack_stats, pad_samples, plan_rows, split_micro_batches
+from harness_rl.train.packing import pad_samples
+from harness_rl.train.placement import TrainerPlacement, place_model, resolve_placement
+from harness_rl.train.step_plan import MicroBatch, StepAssembler, plan_step
 from harness_rl.train.tree_attention import enable_tree_attention
 
 log = logging.getLogger(__name__)
+
+_WEIGHTED_STATS = ("clip_fraction", "dual_clip_fraction", "masked_fraction", "approx_kl")
+"""Per-token loss statistics, averaged over the step's micro-batches weighted by their tokens."""
 
 
 class PolicyTrainer:
@@ -37,6 +47,7 @@ class PolicyTrainer:
         registry: Loads published versions into the engine and retires old ones.
         run_dir: The run folder; adapters go to ``adapters/``, checkpoints to ``checkpoints/``.
         seed: Seeds LoRA initialisation.
+        device: Overrides ``trainer.device`` (the launcher passes the device its placement gives this trainer).
     """
 
     def __init__(
@@ -49,6 +60,7 @@ class PolicyTrainer:
         registry: AdapterRegistry,
         run_dir: Path,
         seed: int = 0,
+        device: str | torch.device | None = None,
     ):
         from peft import LoraConfig, get_peft_model
         from transformers import AutoModelForCausalLM
@@ -62,8 +74,11 @@ class PolicyTrainer:
         torch.manual_seed(seed)
         if trainer_cfg.get("num_threads"):
             torch.set_num_threads(trainer_cfg.num_threads)
-        dtype = getattr(torch, trainer_cfg.train_dtype)
-        base = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+        self.placement: TrainerPlacement = resolve_placement(trainer_cfg, device)
+        # device_map loads the weights straight onto the device (no full host copy of a 24B model first).
+        base = AutoModelForCausalLM.from_pretrained(
+            model_path, dtype=self.placement.base_dtype, device_map={"": self.placement.device}
+        )
         lora = LoraConfig(
             r=trainer_cfg.lora.rank,
             lora_alpha=trainer_cfg.lora.alpha,
@@ -71,7 +86,8 @@ class PolicyTrainer:
             target_modules=trainer_cfg.lora.target_modules,
             task_type="CAUSAL_LM",
         )
-        self.model = get_peft_model(base, lora)
+        self.model = get_peft_model(base, lora, autocast_adapter_dtype=True)
+        place_model(self.model, self.placement)
         self.pad_token_id = base.config.pad_token_id or base.config.eos_token_id or 0
         if isinstance(self.pad_token_id, list):
             self.pad_token_id = self.pad_token_id[0]
@@ -83,6 +99,13 @@ class PolicyTrainer:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=trainer_cfg.lr, weight_decay=trainer_cfg.weight_decay)
         self.model.train()
+        log.info(
+            "trainer %s on %s, packing=%s, token_budget=%d",
+            harness,
+            self.placement.describe(),
+            self.packing,
+            trainer_cfg.token_budget,
+        )
 
     # -- publishing -------------------------------------------------------------------------------------
 
@@ -118,98 +141,123 @@ class PolicyTrainer:
                     samples.append(sample)
         return samples, dropped
 
+    def assembler(self) -> StepAssembler:
+        """The step assembler for this trainer's groups: its packing, budget, ``grad_accum`` and staleness filter."""
+        return StepAssembler(
+            token_budget=self.cfg.token_budget,
+            packing=self.packing,
+            max_micro_batches=self.cfg.grad_accum,
+            max_groups=self.cfg.tasks_per_step,
+            samples_of=lambda group: self.fresh_samples([group])[0],
+        )
+
     def train_step(self, groups: list[ScoredGroup]) -> dict[str, float]:
-        """One optimizer step on ``groups``, then publish the next version. Returns the step's metrics."""
+        """One optimizer step on ``groups`` (any number), then publish the next version. Returns the step's metrics.
+
+        A step without a trained token (no groups, only stale or over-budget samples) changes nothing: no optimizer
+        step, no new version, nothing published; ``train/empty_step`` is 1 in its metrics.
+        """
         t0 = time.perf_counter()
         samples, dropped = self.fresh_samples(groups)
-        metrics: dict[str, float] = {
+        plan = plan_step(samples, token_budget=self.cfg.token_budget, packing=self.packing)
+        trained_tokens = plan.trained_tokens
+        ages = [self.version - s["policy_version"] for s in samples]
+        metrics: dict[str, Any] = {
             "batch/groups_per_step": len(groups),
-            "batch/samples_per_step": len(samples),
+            "batch/samples_per_step": len(samples) - len(plan.over_budget),
             "batch/stale_samples_dropped": dropped,
-            "staleness/mean": _mean([self.version - s["policy_version"] for s in samples]),
-            "staleness/max": max((self.version - s["policy_version"] for s in samples), default=0),
+            **plan.stats(),
+            "staleness/mean": _mean(ages),
+            "staleness/max": max(ages, default=0),
+            "train/trained_tokens": trained_tokens,
+            "train/empty_step": int(trained_tokens == 0),
         }
-        trained_tokens = sum(int(s["completion_mask"][1:].sum()) for s in samples)
-        self.optimizer.zero_grad(set_to_none=True)
-        totals = {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0}
-        diffs_on_policy: list[torch.Tensor] = []
-        if samples and trained_tokens:
-            micro_batches, packing = self._micro_batches(samples)
-            metrics.update({f"pack/{k}": v for k, v in packing.items()})
-            for batch in micro_batches:
-                new, old, adv, seg, batch_samples = self._forward(batch)
-                loss, stats = grpo_loss(
-                    new, old, adv,
-                    clip_low=self.cfg.clip_low, clip_high=self.cfg.clip_high,
-                    loss_type="token_mean", normalizer=float(trained_tokens),
-                )  # fmt: skip
-                loss.backward()
-                totals["loss"] += float(loss.detach())
-                weight = stats["tokens"] / trained_tokens
-                totals["clip_fraction"] += stats["clip_fraction"] * weight
-                totals["approx_kl"] += stats["approx_kl"] * weight
-                # Log-probs of samples drawn from the current version must match what the engine recorded:
-                # the size of this gap is the train/inference mismatch the importance ratio corrects.
-                on_policy = torch.tensor(
-                    [batch_samples[int(i)]["policy_version"] == self.version for i in seg], dtype=torch.bool
-                )
-                if on_policy.any():
-                    diffs_on_policy.append((new.detach() - old)[on_policy].abs())
+        totals = dict.fromkeys(("loss", *_WEIGHTED_STATS), 0.0)
+        if trained_tokens:
+            totals, diffs = self.accumulate_gradients(plan.micro_batches, trained_tokens)
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
             self.optimizer.step()
             metrics["train/grad_norm"] = float(grad_norm)
+            if diffs:
+                on_policy = torch.cat(diffs)
+                metrics["train/onpolicy_logprob_absdiff_max"] = float(on_policy.max())
+                metrics["train/onpolicy_logprob_absdiff_mean"] = float(on_policy.mean())
         metrics.update({f"train/{k}": v for k, v in totals.items()})
-        metrics["train/trained_tokens"] = trained_tokens
-        if diffs_on_policy:
-            diffs = torch.cat(diffs_on_policy)
-            metrics["train/onpolicy_logprob_absdiff_max"] = float(diffs.max())
-            metrics["train/onpolicy_logprob_absdiff_mean"] = float(diffs.mean())
-        self.step += 1
-        self.version += 1
         metrics["time/train_step_s"] = time.perf_counter() - t0
-        t1 = time.perf_counter()
+        if trained_tokens:
+            self.step += 1
+            self.version += 1
+            t1 = time.perf_counter()
+            self.publish()
+            metrics["time/publish_s"] = time.perf_counter() - t1
+        else:
+            log.warning(
+                "%s: empty step (%d groups, no trained token); version stays %d",
+                self.harness,
+                len(groups),
+                self.version,
+            )
         metrics["policy/version"] = self.version
-        metrics["policy/adapter"] = self.publish()
-        metrics["time/publish_s"] = time.perf_counter() - t1
+        metrics["policy/adapter"] = self.adapter_name
+        if self.placement.device.type == "cuda":
+            metrics["memory/peak_gib"] = torch.cuda.max_memory_allocated(self.placement.device) / (1 << 30)
         return metrics
+
+    def accumulate_gradients(
+        self, micro_batches: list[MicroBatch], trained_tokens: int
+    ) -> tuple[dict[str, float], list[torch.Tensor]]:
+        """Forward+backward per micro-batch, each loss divided by the whole step's ``trained_tokens``.
+
+        Returns the token-weighted loss statistics and, per micro-batch, the |new - old| log-prob gaps of samples
+        drawn from the current version (the train/inference mismatch the importance ratio corrects).
+        """
+        self.optimizer.zero_grad(set_to_none=True)
+        totals = dict.fromkeys(("loss", *_WEIGHTED_STATS), 0.0)
+        diffs: list[torch.Tensor] = []
+        for batch in micro_batches:
+            if not batch.trained_tokens:
+                continue
+            new, old, adv, seg = self._forward(batch)
+            loss, stats = grpo_loss(
+                new,
+                old,
+                adv,
+                clip_low=self.cfg.clip_low,
+                clip_high=self.cfg.clip_high,
+                loss_type="token_mean",
+                normalizer=float(trained_tokens),
+                dual_clip=self.cfg.get("dual_clip"),
+                max_log_ratio=self.cfg.get("max_log_ratio"),
+            )
+            loss.backward()
+            totals["loss"] += float(loss.detach())
+            weight = stats["tokens"] / trained_tokens
+            for key in _WEIGHTED_STATS:
+                totals[key] += stats[key] * weight
+            on_policy = torch.tensor([s["policy_version"] == self.version for s in batch.samples])[seg.cpu()]
+            if on_policy.any():
+                diffs.append((new.detach().cpu() - old.cpu())[on_policy].abs())
+        return totals, diffs
 
     def checkpoint(self, extra_state: dict[str, Any] | None = None) -> Path:
         """Write ``checkpoints/step_<k>`` (adapter, optimizer, RNG, counters) atomically."""
         state = {"step": self.step, "version": self.version, "harness": self.harness, **(extra_state or {})}
-        return save_checkpoint(self.model, self.optimizer, self.run_dir / "checkpoints" / self.harness,
-                               self.step, state)  # fmt: skip
+        return save_checkpoint(
+            self.model, self.optimizer, self.run_dir / "checkpoints" / self.harness, self.step, state
+        )
 
     # -- helpers ----------------------------------------------------------------------------------------
 
-    def _micro_batches(self, samples: list[dict[str, Any]]) -> tuple[list[Any], dict[str, float]]:
-        """The step's micro-batches (tree rows, or sample lists for padded batches) and packing stats."""
-        if self.packing == "tree":
-            rows = plan_rows(samples, self.cfg.token_budget)
-            return split_micro_batches(rows, self.cfg.grad_accum), pack_stats(rows)
-        # Padded path: split samples evenly; each micro-batch is one padded batch.
-        n = max(1, min(self.cfg.grad_accum, len(samples)))
-        return [samples[i::n] for i in range(n)], {"raw_tokens": sum(len(s["input_ids"]) for s in samples)}
-
-    def _forward(self, batch: list[Any]):
-        """Log-probs of a micro-batch's trained tokens, plus the matching old log-probs and advantages."""
+    def _forward(self, batch: MicroBatch) -> tuple[torch.Tensor, ...]:
+        """Log-probs of a micro-batch's trained tokens, the matching old log-probs, advantages and sample indices."""
         temperature = self.cfg.temperature
-        news, olds, advs, segs, batch_samples = [], [], [], [], []
-        if self.packing == "tree":
-            for row in batch:
-                packed = row.pack()
-                news.append(packed_token_logprobs(self.model, packed, temperature=temperature))
-                olds.append(packed["old_log_probs"])
-                advs.append(packed["advantages"])
-                segs.append(packed["segment_id"] + len(batch_samples))
-                batch_samples.extend(row.samples)
+        if batch.row is not None:
+            packed = batch.row.pack()
+            new = packed_token_logprobs(self.model, packed, temperature=temperature)
         else:
-            padded = pad_samples(batch, pad_token_id=self.pad_token_id)
-            news.append(padded_token_logprobs(self.model, padded, temperature=temperature))
-            olds.append(padded["old_log_probs"])
-            advs.append(padded["advantages"])
-            segs.append(padded["segment_id"])
-            batch_samples.extend(batch)
-        return torch.cat(news), torch.cat(olds), torch.cat(advs), torch.cat(segs), batch_samples
+            packed = pad_samples(batch.samples, pad_token_id=self.pad_token_id)
+            new = padded_token_logprobs(self.model, packed, temperature=temperature)
+        return new, packed["old_log_probs"], packed["advantages"], packed["segment_id"]
 
 
 def _mean(values: list[float]) -> float:
