@@ -3,6 +3,12 @@
 It runs in background threads next to the trainer, so sampling never waits for an optimizer step (the
 "asynchronous" of async GRPO). Each group is pinned to the adapter version that was live when it started; the
 trainer drops groups that fell more than ``max_staleness`` versions behind by the time it trains on them.
+
+Two limits keep that asynchrony bounded. The worker launches no group while ``max_pending_groups`` groups are
+queued or in flight, so rollouts cannot pile up far ahead of the trainer. And a group still running on a version
+the trainer will never use is cancelled (``cancel_stale``, called after each publish and by the adapter registry
+when a harness's adapter slots are full): its harness processes are stopped, it is discarded, and its pin is
+released so the old version unloads, instead of one slow group filling the engine's adapter slots.
 """
 
 from __future__ import annotations
@@ -13,8 +19,10 @@ import queue
 import random
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harness_rl.engine.adapters import AdapterRegistry
 from harness_rl.envs.spec import DIFFICULTIES
@@ -23,8 +31,17 @@ from harness_rl.harnesses.base import Harness
 from harness_rl.rollout.group import ScoredGroup, group_metrics, safety_metrics, score_group
 from harness_rl.rollout.proxy_admin import ProxyAdmin
 from harness_rl.rollout.session import RolloutResult, RolloutSettings, run_rollout
+from harness_rl.rollout.stop import stop_processes_under
 
-__all__ = ["RolloutWorker", "TaskSampler", "group_metrics", "safety_metrics", "score_group"]
+__all__ = [
+    "GroupCancelled",
+    "RolloutWorker",
+    "TaskSampler",
+    "group_metrics",
+    "pending_groups_bound",
+    "safety_metrics",
+    "score_group",
+]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +80,64 @@ class TaskSampler:
         return self._rng.choices(self.tasks, weights=self.weights, k=1)[0]
 
 
+#: ``max_pending_groups`` per concurrent group when not given: the shipped ``trainer.max_staleness`` (4), since
+#: ``max_sessions // num_generations`` is ``tasks_per_step`` in the shipped configs.
+DEFAULT_PENDING_PER_GROUP = 4
+
+
+def pending_groups_bound(max_staleness: int, tasks_per_step: int) -> int:
+    """Groups queued plus in flight a worker may have: about what the trainer can use before they go stale.
+
+    A group launched now is trained on after the ``pending / tasks_per_step`` steps that consume the groups ahead
+    of it, so more than ``max_staleness x tasks_per_step`` pending groups would start groups that are dropped.
+    """
+    return max(1, max_staleness) * max(1, tasks_per_step)
+
+
+class GroupCancelled(RuntimeError):
+    """The group's policy version fell out of the staleness window while it ran (see ``cancel_stale``)."""
+
+
+@dataclass
+class _GroupRun:
+    """A group in flight: its pin, its rollout futures and whether it was cancelled."""
+
+    group_id: int
+    adapter: str
+    version: int
+    folder: Path
+    futures: list[Future] = field(default_factory=list)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    pinned: bool = True
+
+
+class _GroupProxy:
+    """The proxy as one group's rollouts see it: once the group is cancelled no session starts, and a session
+    that ends gives no trace, so ``run_rollout`` marks the rollout unscorable instead of running its verifier."""
+
+    def __init__(self, proxy: ProxyAdmin, run: _GroupRun):
+        self._proxy = proxy
+        self._run = run
+        self.url = proxy.url
+
+    def create_session(self, **kwargs: Any) -> str:
+        self._check()
+        return self._proxy.create_session(**kwargs)
+
+    def end_session(self, key: str) -> dict[str, Any]:
+        trace = self._proxy.end_session(key)  # always ended, so the proxy frees the session
+        self._check()
+        return trace
+
+    def __getattr__(self, name: str) -> Any:
+        # Any other admin call run_rollout makes goes to the real client unchanged.
+        return getattr(self._proxy, name)
+
+    def _check(self) -> None:
+        if self._run.cancelled.is_set():
+            raise GroupCancelled(f"group {self._run.group_id} on {self._run.adapter} was cancelled as stale")
+
+
 class RolloutWorker:
     """Produces scored groups for one harness's trainer.
 
@@ -70,7 +145,9 @@ class RolloutWorker:
         harness: The harness every rollout of this worker runs in.
         sampler: Draws the task of each group.
         proxy: Admin client of the capture proxy.
-        registry: The engine's adapter registry; a group pins the harness's latest version while it runs.
+        registry: The engine's adapter registry; a group pins the harness's latest version while it runs. The
+            worker registers ``cancel_stale`` as the harness's evictor, so a publish that finds the harness's
+            slots full cancels the groups pinning retired versions.
         settings: Per-session limits and sampling policy.
         num_generations: Rollouts per group.
         max_sessions: Harness sessions in flight at once (whole groups only).
@@ -79,6 +156,13 @@ class RolloutWorker:
             ``settings.efficiency_bonus``, minus ``settings.block_penalty`` per blocked call).
         scale_rewards: Divide advantages by the group's reward std.
         on_rollout: Called with each finished rollout (for logs and progress), from worker threads.
+        max_pending_groups: No group is launched while this many are queued or in flight (see
+            ``pending_groups_bound``); default ``DEFAULT_PENDING_PER_GROUP x max_sessions // num_generations``.
+
+    Attributes:
+        groups: Finished groups, in finishing order, for the trainer to take.
+        errors: What stopped the worker (a group that failed other than by cancellation).
+        stale_groups_cancelled: Groups cancelled by ``cancel_stale`` (never queued).
     """
 
     def __init__(
@@ -95,6 +179,7 @@ class RolloutWorker:
         reward_fn: RewardFn | None = None,
         scale_rewards: bool = True,
         on_rollout: Callable[[RolloutResult], None] | None = None,
+        max_pending_groups: int | None = None,
     ):
         self.harness = harness
         self.sampler = sampler
@@ -103,18 +188,28 @@ class RolloutWorker:
         self.settings = settings
         self.num_generations = num_generations
         self.max_groups = max(1, max_sessions // num_generations)
+        if max_pending_groups is None:
+            max_pending_groups = DEFAULT_PENDING_PER_GROUP * self.max_groups
+        if max_pending_groups < 1:
+            raise ValueError(f"max_pending_groups must be >= 1, got {max_pending_groups}")
+        self.max_pending_groups = max_pending_groups
         self.run_dir = Path(run_dir)
         self.reward_fn = reward_fn
         self.scale_rewards = scale_rewards
         self.on_rollout = on_rollout
         self.groups: queue.Queue[ScoredGroup] = queue.Queue()
+        self.stale_groups_cancelled = 0
         self._stop = threading.Event()
         self._ids = itertools.count()
         self._slots = threading.Semaphore(self.max_groups)
+        self._runs: dict[int, _GroupRun] = {}  # groups in flight that pinned their adapter
+        self._in_flight = 0  # groups launched and not yet queued or discarded
+        self._lock = threading.Lock()
         self._sessions = ThreadPoolExecutor(self.max_groups * num_generations, thread_name_prefix="rollout")
         self._groups = ThreadPoolExecutor(self.max_groups, thread_name_prefix="group")
         self._thread = threading.Thread(target=self._loop, name=f"worker-{harness.name}", daemon=True)
         self.errors: list[BaseException] = []
+        registry.add_evictor(harness.name, self.cancel_stale)
 
     def start(self) -> RolloutWorker:
         self._thread.start()
@@ -134,14 +229,47 @@ class RolloutWorker:
     def stopped(self) -> bool:
         return self._stop.is_set()
 
+    @property
+    def pending_groups(self) -> int:
+        """Groups queued for the trainer plus groups in flight."""
+        with self._lock:
+            return self._in_flight + self.groups.qsize()
+
+    def cancel_stale(self, min_version: int) -> int:
+        """Cancel the groups in flight pinned to a version below ``min_version``; returns how many.
+
+        Call it with ``trainer.version - max_staleness`` after each publish: the trainer drops such groups
+        anyway. Each is marked cancelled at once and its adapter pin released (so a retired version unloads
+        now, and a full publish waiting in the registry proceeds); its group thread then stops the group's
+        harness processes, and discards the group instead of queueing it. Safe from any thread; never blocks
+        on the harness processes.
+        """
+        with self._lock:
+            stale = [r for r in self._runs.values() if r.version < min_version and not r.cancelled.is_set()]
+            for run in stale:
+                run.cancelled.set()
+            self.stale_groups_cancelled += len(stale)
+        for run in stale:
+            log.info("cancelling group %d of %s: v%d < v%d", run.group_id, self.harness.name, run.version, min_version)
+            for future in list(run.futures):
+                future.cancel()  # rollouts not started yet never start
+            self._release_pin(run)
+        return len(stale)
+
     def _loop(self) -> None:
         while not self._stop.is_set():
+            if self.pending_groups >= self.max_pending_groups:
+                # The trainer takes groups off the queue without telling us: poll.
+                self._stop.wait(0.1)
+                continue
             if not self._slots.acquire(timeout=0.5):
                 continue
             if self._stop.is_set():
                 self._slots.release()
                 break
             group_id = next(self._ids)
+            with self._lock:
+                self._in_flight += 1
             self._groups.submit(self._run_group_safely, group_id, self.sampler.draw())
 
     def _run_group_safely(self, group_id: int, task: Task) -> None:
@@ -157,6 +285,8 @@ class RolloutWorker:
             self.errors.append(err)
             self._stop.set()
         finally:
+            with self._lock:
+                self._in_flight -= 1  # after the put, so pending_groups never undercounts
             self._slots.release()
 
     def _pin_latest_adapter(self) -> str:
@@ -171,29 +301,68 @@ class RolloutWorker:
                 continue
         raise RuntimeError(f"could not pin a live adapter version of {self.harness.name}")
 
+    def _release_pin(self, run: _GroupRun) -> None:
+        """Release the group's adapter pin exactly once (cancel_stale and the group thread both try)."""
+        with self._lock:
+            if not run.pinned:
+                return
+            run.pinned = False
+        self.registry.release(run.adapter)
+
     def run_group(self, group_id: int, task: Task) -> ScoredGroup | None:
-        """Run ``num_generations`` rollouts of ``task`` on the latest adapter version and score them."""
+        """Run ``num_generations`` rollouts of ``task`` on the latest adapter version and score them.
+
+        Returns None when the group was cancelled as stale while it ran.
+        """
         adapter = self._pin_latest_adapter()
+        version = int(adapter.rsplit("-v", 1)[1])
+        group_dir = self.run_dir / "rollouts" / self.harness.name / f"g{group_id:05d}"
+        run = _GroupRun(group_id, adapter, version, group_dir)
+        with self._lock:
+            self._runs[group_id] = run
         try:
-            version = int(adapter.rsplit("-v", 1)[1])
-            group_dir = self.run_dir / "rollouts" / self.harness.name / f"g{group_id:05d}"
-            futures = [
+            proxy = _GroupProxy(self.proxy, run)
+            run.futures.extend(
                 self._sessions.submit(
                     run_rollout,
                     task=task,
                     harness=self.harness,
-                    proxy=self.proxy,
+                    proxy=proxy,
                     adapter=adapter,
                     settings=self.settings,
                     rollout_dir=group_dir / f"r{i}",
                 )
                 for i in range(self.num_generations)
-            ]
-            rollouts = [f.result() for f in futures]
+            )
+            self._wait_for_rollouts(run)
         finally:
-            self.registry.release(adapter)
+            with self._lock:
+                del self._runs[group_id]  # from here on cancel_stale no longer sees the group
+            self._release_pin(run)
+        if run.cancelled.is_set():
+            log.info("group %d of %s discarded: cancelled as stale (v%d)", group_id, self.harness.name, version)
+            return None
         return score_group(
-            group_id, task, self.harness.name, version, rollouts, self.reward_fn, self.scale_rewards,
-            on_rollout=self.on_rollout, block_penalty=self.settings.block_penalty,
+            group_id,
+            task,
+            self.harness.name,
+            version,
+            [f.result() for f in run.futures],
+            self.reward_fn,
+            self.scale_rewards,
+            on_rollout=self.on_rollout,
+            block_penalty=self.settings.block_penalty,
             efficiency_bonus=self.settings.efficiency_bonus,
-        )  # fmt: skip
+        )
+
+    def _wait_for_rollouts(self, run: _GroupRun) -> None:
+        """Wait until every rollout of the group is done; once it is cancelled, keep stopping its processes.
+
+        The sweep repeats while rollouts are unfinished because a harness may start another process after one
+        was stopped (set-up, then the agent).
+        """
+        pending = set(run.futures)
+        while pending:
+            if run.cancelled.is_set():
+                stop_processes_under(run.folder)
+            _, pending = wait(pending, timeout=0.5 if run.cancelled.is_set() else 1.0)
