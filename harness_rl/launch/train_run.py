@@ -11,7 +11,7 @@ import signal
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -24,6 +24,9 @@ from harness_rl.launch.components import (
 )
 from harness_rl.launch.progress import TrainingProgress
 from harness_rl.launch.serving import start_serving
+
+if TYPE_CHECKING:  # the trainer's modules import torch; the launcher imports them lazily
+    from harness_rl.train.step_plan import AssembledStep, StepAssembler
 
 log = logging.getLogger(__name__)
 
@@ -138,16 +141,25 @@ def _run(cfg: DictConfig, stack: ExitStack) -> float:
         )
         workers[name] = worker.start()
 
+    # One assembler per trainer, kept across steps: a group that did not fit one step opens the next.
+    assemblers = {name: trainer.assembler() for name, trainer in trainers.items()}
     last_reward = 0.0
     for step in range(1, cfg.trainer.max_steps + 1):
         # One harness after another: on one node the trainers share the CPU/GPU (a cluster launcher
         # would give each harness's trainer its own job, and this loop a single entry).
         for name, trainer in trainers.items():
             t0 = time.perf_counter()
-            groups = collect_groups(workers[name], cfg, progress, name)
+            groups = collect_groups(workers[name], assemblers[name], progress, name)
             wait_s = time.perf_counter() - t0
             progress.training(name)
-            step_metrics = {**group_metrics(groups), **trainer.train_step(groups)}
+            # reward/* over every scored group the step consumed (skipped uninformative ones included), so a
+            # policy that solves everything or nothing is not reported by the few groups it happened to train on.
+            step_metrics = {
+                **group_metrics(groups.consumed),
+                **trained_rewards(group_metrics(groups.trained)),
+                "batch/skipped_groups": len(groups.skipped),
+                **trainer.train_step(groups.trained),
+            }
             step_metrics["time/wait_for_rollouts_s"] = wait_s
             if step % cfg.trainer.checkpoint_every == 0 or step == cfg.trainer.max_steps:
                 step_metrics["checkpoint"] = str(trainer.checkpoint())
@@ -158,29 +170,29 @@ def _run(cfg: DictConfig, stack: ExitStack) -> float:
     return last_reward
 
 
-def collect_groups(worker: Any, cfg: DictConfig, progress: TrainingProgress, name: str) -> list[Any]:
-    """Take ``tasks_per_step`` groups for one step, preferring groups with reward variance.
+def collect_groups(worker: Any, assembler: StepAssembler, progress: TrainingProgress, name: str) -> AssembledStep:
+    """Feed finished groups from the worker's queue to the step assembler until the step is full.
 
-    A group whose rollouts all got the same reward carries no gradient, so it is skipped (dynamic sampling)
-    unless ``4 x tasks_per_step`` groups in a row were uninformative; then the step takes what it has, so a
-    model that never (or always) solves its tasks still makes progress through the run instead of hanging.
+    The assembler (:class:`harness_rl.train.step_plan.StepAssembler`) takes groups until the step's
+    ``grad_accum`` token-budgeted micro-batches would overflow (at most ``tasks_per_step`` groups), holds the group
+    that did not fit over for the next step, and skips uninformative groups (dynamic sampling) with a fallback, so
+    a model that never (or always) solves its tasks still makes progress instead of hanging.
     """
     import queue
 
-    wanted = cfg.trainer.tasks_per_step
-    taken: list[Any] = []
-    skipped: list[Any] = []
-    while len(taken) < wanted:
+    while not assembler.full:
         if worker.errors:
             raise RuntimeError(f"rollout worker for {name} failed") from worker.errors[0]
         try:
             group = worker.groups.get(timeout=1.0)
         except queue.Empty:
-            progress.waiting(name, len(taken), wanted)
+            progress.waiting(name, len(assembler.trained), assembler.max_groups)
             continue
-        if group.informative or len(skipped) >= 4 * wanted:
-            taken.append(group)
-        else:
-            skipped.append(group)
-        progress.waiting(name, len(taken), wanted)
-    return taken
+        assembler.offer(group)
+        progress.waiting(name, len(assembler.trained), assembler.max_groups)
+    return assembler.finish()
+
+
+def trained_rewards(metrics: dict[str, Any]) -> dict[str, Any]:
+    """``reward/*`` of the groups trained on, as ``reward/<name>_trained`` (beside the all-groups ``reward/*``)."""
+    return {f"{key}_trained": value for key, value in metrics.items() if key.startswith("reward/")}

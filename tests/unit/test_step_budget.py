@@ -120,3 +120,35 @@ def test_samples_of_filters_what_counts_toward_the_budget() -> None:
     # A staleness filter that drops everything: no budget is used, so the cap on groups ends the step.
     a = assembler(max_micro_batches=1, max_groups=3, samples_of=lambda g: [])
     assert [a.offer(make_group(i, [150, 150])) for i in range(3)] == ["trained"] * 3
+
+
+def scored_group(group_id: int, scores: list[float]):
+    from pathlib import Path
+
+    from harness_rl.rollout.group import score_group
+    from harness_rl.rollout.session import RolloutResult
+
+    rollouts = [RolloutResult(f"t{group_id}", None, None, None, s, None, 1, Path("."), 1.0) for s in scores]
+    return score_group(group_id, SimpleNamespace(id=f"t{group_id}"), "h", 0, rollouts, efficiency_bonus=0.0)
+
+
+def test_collect_groups_and_reward_metrics_count_every_scored_group() -> None:
+    import queue
+
+    from harness_rl.launch.train_run import collect_groups, trained_rewards
+    from harness_rl.rollout.group import group_metrics
+
+    worker = SimpleNamespace(groups=queue.Queue(), errors=[])
+    for group in (scored_group(0, [1.0, 1.0]), scored_group(1, [1.0, 0.0]), scored_group(2, [0.0, 1.0])):
+        worker.groups.put(group)
+    progress = SimpleNamespace(waiting=lambda *args: None)
+    step = collect_groups(worker, assembler(max_groups=2), progress, "h")
+    assert [g.group_id for g in step.trained] == [1, 2] and [g.group_id for g in step.skipped] == [0]
+    # The all-solved group was skipped for training but is part of the policy's score.
+    everything, trained = group_metrics(step.consumed), trained_rewards(group_metrics(step.trained))
+    assert everything["reward/mean"] == pytest.approx(4 / 6) and everything["reward/pass_rate"] == pytest.approx(4 / 6)
+    assert trained["reward/mean_trained"] == pytest.approx(0.5) and trained["reward/pass_rate_trained"] == 0.5
+    assert trained["reward/correctness_trained"] == pytest.approx(0.5) and "rollout/count_trained" not in trained
+    worker.errors.append(ValueError("boom"))
+    with pytest.raises(RuntimeError, match="rollout worker for h failed"):
+        collect_groups(worker, assembler(), progress, "h")
