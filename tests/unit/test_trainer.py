@@ -1,5 +1,7 @@
 """The GRPO trainer steps on captured samples: LoRA weights move only with non-zero advantages, stale samples
-are dropped, each step publishes the next adapter version atomically, and a checkpoint restores exactly."""
+are dropped, each step publishes the next adapter version atomically (and an empty step publishes nothing), the
+gradient does not depend on how the step is split into micro-batches, and the GPU precision path (bf16 base, fp32
+LoRA, gradient checkpointing) runs on the CPU."""
 
 from __future__ import annotations
 
@@ -7,95 +9,17 @@ import math
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
-from harness_rl.rollout.group import ScoredGroup
 from harness_rl.train.checkpoint import load_checkpoint
-from harness_rl.train.logprobs import sequence_token_logprobs
 from harness_rl.train.step_plan import plan_step
 from harness_rl.train.trainer import PolicyTrainer
 from harness_rl.train.tree_attention import unwrap_peft
-
-
-class RecordingRegistry:
-    def __init__(self):
-        self.published, self.retired = [], []
-
-    def publish(self, harness, version, path):
-        self.published.append((harness, version, str(path)))
-        return f"{harness}-v{version}"
-
-    def retire_older_than(self, harness, min_version):
-        self.retired.append(min_version)
-        return []
+from tests.trainer_doubles import RecordingRegistry, make_group, save_tiny_llama, trainer_cfg
 
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=96,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-    )
-    path = tmp_path_factory.mktemp("tiny-llama")
-    LlamaForCausalLM(config).save_pretrained(path)
-    return str(path)
-
-
-def trainer_cfg(**over):
-    cfg = {
-        "lr": 1e-2,
-        "weight_decay": 0.0,
-        "max_grad_norm": 1.0,
-        "temperature": 0.8,
-        "max_staleness": 1,
-        "grad_accum": 2,
-        "token_budget": 512,
-        "tasks_per_step": 4,
-        "clip_low": 0.2,
-        "clip_high": 0.28,
-        "packing": "tree",
-        "train_dtype": "float32",
-        "lora": {"rank": 4, "alpha": 8, "dropout": 0.0, "target_modules": "all-linear"},
-    }
-    cfg.update(over)
-    return OmegaConf.create(cfg)
-
-
-def make_group(trainer, group_id, version, advantages, prompt_len=12, completion_len=6):
-    """A group whose samples share a prompt; old log-probs are the trainer's own (on-policy)."""
-    gen = torch.Generator().manual_seed(group_id)
-    prompt = torch.randint(0, 96, (prompt_len,), generator=gen)
-    samples = []
-    for i, adv in enumerate(advantages):
-        ids = torch.cat([prompt, torch.randint(0, 96, (completion_len,), generator=gen)])
-        mask = torch.cat([torch.zeros(prompt_len, dtype=torch.long), torch.ones(completion_len, dtype=torch.long)])
-        with torch.no_grad():
-            lp = sequence_token_logprobs(trainer.model, ids, mask, temperature=0.8)
-        old = torch.zeros(len(ids))
-        old[prompt_len:] = lp
-        samples.append(
-            {
-                "input_ids": ids,
-                "completion_mask": mask,
-                "old_log_probs": old,
-                "advantage": adv,
-                "group_id": group_id,
-                "policy_version": version,
-                "rollout_index": i,
-            }
-        )
-    group = ScoredGroup(group_id, f"task{group_id}", "h", version, [], list(advantages))
-    group.samples = samples
-    return group
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.mark.parametrize("packing", ["tree", "padded"])
