@@ -13,7 +13,8 @@ same tree per token instead:
   an ancestor-or-self of ``i`` iff ``j <= i < subtree_end[j]``, which is the whole ancestor mask in ``O(N)``
   numbers (the fused flex-attention path builds its block mask from it).
 
-All three are computed with vectorised scatters over ``tree_kv_index`` (no Python loop over tokens), on the
+:func:`tree_ancestor_mask` spells the same relation out as a dense ``[N, N]`` mask (the ``dense`` attention
+path and tests). All are computed with vectorised scatters over ``tree_kv_index`` (no Python loop over tokens), on the
 device the tensors are on.
 """
 
@@ -71,3 +72,39 @@ def ancestors(parent: torch.Tensor, n: int) -> torch.Tensor:
         previous = rows[-1]
         rows.append(torch.where(previous >= 0, parent[previous.clamp(min=0)], previous))
     return torch.stack(rows)
+
+
+def tree_ancestor_mask(
+    tree_kv_index: torch.Tensor,
+    tree_cu_seqlens_q: torch.Tensor,
+    tree_cu_seqlens_k: torch.Tensor,
+    sliding_window: int | None = None,
+) -> torch.Tensor:
+    """Boolean ``[N, N]`` mask: ``mask[i, j]`` is True when packed token ``j`` is on token ``i``'s path.
+
+    DFS pre-order puts every ancestor before its descendants, so a query in segment ``s`` sees exactly the keys
+    of ``s``'s root-to-segment path that are not after it in packed order.
+
+    Args:
+        tree_kv_index: Packed positions of every segment's path, laid end to end.
+        tree_cu_seqlens_q: Segment boundaries in the row (``S + 1``).
+        tree_cu_seqlens_k: Path boundaries in ``tree_kv_index`` (``S + 1``).
+        sliding_window: If set, a token also only sees keys less than this many positions above it.
+    """
+    device = tree_kv_index.device
+    cu_q = tree_cu_seqlens_q.to(device=device, dtype=torch.long)
+    cu_k = tree_cu_seqlens_k.to(device=device, dtype=torch.long)
+    n_tokens, n_segments = int(cu_q[-1]), cu_q.numel() - 1
+    path_lengths = cu_k.diff()
+    entry_segment = torch.repeat_interleave(torch.arange(n_segments, device=device), path_lengths)
+    on_path = torch.zeros(n_segments, n_tokens, dtype=torch.bool, device=device)
+    on_path[entry_segment, tree_kv_index] = True
+    query_segment = torch.repeat_interleave(torch.arange(n_segments, device=device), cu_q.diff())
+    positions = torch.arange(n_tokens, device=device)
+    mask = on_path[query_segment] & (positions[None, :] <= positions[:, None])
+    if sliding_window:
+        # A token's depth is its index along any path through it.
+        depth = torch.empty(n_tokens, dtype=torch.long, device=device)
+        depth[tree_kv_index] = torch.arange(tree_kv_index.numel(), device=device) - cu_k[entry_segment]
+        mask &= (depth[:, None] - depth[None, :]) < sliding_window
+    return mask

@@ -1,4 +1,6 @@
-"""Tree-packed forwards give every trained token the same log-prob and gradient as unpacked per-sample forwards."""
+"""Tree-packed forwards give every trained token the same log-prob and gradient as unpacked per-sample forwards.
+
+LFM2 hybrids have their own file (test_hybrid_packing.py); this one covers attention and its kernels."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import Lfm2Config, Lfm2ForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
+from harness_rl.train.flex_tree_attention import tree_block_mask
 from harness_rl.train.logprobs import packed_token_logprobs, padded_token_logprobs, sequence_token_logprobs
 from harness_rl.train.packing import TreeRow, pad_samples
 from harness_rl.train.tree_attention import (
@@ -15,8 +18,10 @@ from harness_rl.train.tree_attention import (
     check_tree_packing_supported,
     enable_tree_attention,
     tree_ancestor_mask,
+    tree_attention_kernels_used,
     tree_sdpa_attention,
 )
+from harness_rl.train.tree_index import tree_index
 
 VOCAB = 128
 PROMPT = 24
@@ -183,6 +188,57 @@ def test_dense_and_segments_agree_with_window_and_gqa() -> None:
     torch.testing.assert_close(softcapped[0], softcapped[1], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize(("window", "softcap"), [(None, None), (6, None), (None, 2.0), (6, 2.0)])
+def test_flex_matches_dense(window: int | None, softcap: float | None) -> None:
+    """The flex path (PyTorch's unfused flex reference on CPU, forward only) equals the dense one."""
+    packed = packed_row(make_samples())
+    n = packed["input_ids"].numel()
+    g = torch.Generator().manual_seed(5)
+    module = torch.nn.Module()
+    module.num_key_value_groups = 2
+    q = torch.randn(1, 4, n, 8, generator=g)
+    k, v = (torch.randn(1, 2, n, 8, generator=g) for _ in range(2))
+    tree = {key: packed[key] for key in ("tree_kv_index", "tree_cu_seqlens_q", "tree_cu_seqlens_k")}
+    common = {"sliding_window": window, "softcap": softcap, "scaling": 0.3}
+    dense = tree_sdpa_attention(module, q, k, v, None, **tree, **common, tree_attention_mode="dense")[0]
+    flex = tree_sdpa_attention(module, q, k, v, None, **tree, **common, tree_attention_mode="flex")[0]
+    torch.testing.assert_close(flex, dense, atol=1e-5, rtol=1e-5)
+    assert "flex" in tree_attention_kernels_used()
+
+
+@pytest.mark.parametrize("window", [None, 3, 9])
+def test_flex_block_mask_covers_the_tree(window: int | None) -> None:
+    """Tiles marked full are entirely visible, and every visible pair lies in a partial or full tile."""
+    samples = make_samples()
+    samples.append({**samples[0], "input_ids": torch.randint(0, VOCAB, (31,)), "group_id": "other"})
+    samples[-1]["completion_mask"] = samples[-1]["old_log_probs"] = torch.zeros(31)
+    packed = packed_row(samples)
+    kv, cu_q, cu_k = packed["tree_kv_index"], packed["tree_cu_seqlens_q"], packed["tree_cu_seqlens_k"]
+    index = tree_index(kv, cu_q, cu_k)
+    n, block = kv.max().item() + 1, 8
+    mask = tree_ancestor_mask(kv, cu_q, cu_k, window)
+    block_mask = tree_block_mask(index.subtree_end, index.depth, window, block_size=block)
+    n_blocks = -(-n // block)
+    size = n_blocks * block
+    visible = torch.zeros(size, size, dtype=torch.bool)
+    visible[:n, :n] = mask
+    any_visible = visible.view(n_blocks, block, n_blocks, block).any(dim=(1, 3))
+    # Query rows past n are padding whose output is dropped: they pass the all-test; padded keys never do.
+    visible[n:, :n] = True
+    all_visible = visible.view(n_blocks, block, n_blocks, block).all(dim=(1, 3))
+    full = torch.zeros(n_blocks, n_blocks, dtype=torch.bool)
+    partial = torch.zeros(n_blocks, n_blocks, dtype=torch.bool)
+    for qb in range(n_blocks):
+        full[qb, block_mask.full_kv_indices[0, 0, qb, : block_mask.full_kv_num_blocks[0, 0, qb]].long()] = True
+        partial[qb, block_mask.kv_indices[0, 0, qb, : block_mask.kv_num_blocks[0, 0, qb]].long()] = True
+    assert not (full & partial).any()
+    assert torch.equal(full & all_visible, full)  # a full tile skips the mask: it must be all visible
+    assert torch.equal((full | partial) & any_visible, any_visible)  # nothing visible is skipped
+    assert (~(full | partial)).any()  # and the kernel does skip tiles
+    q_idx, kv_idx = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
+    assert torch.equal(block_mask.mask_mod(0, 0, q_idx, kv_idx), mask)
+
+
 def tiny_lfm2() -> Lfm2ForCausalLM:
     torch.manual_seed(0)
     config = Lfm2Config(
@@ -198,12 +254,13 @@ def tiny_lfm2() -> Lfm2ForCausalLM:
     return Lfm2ForCausalLM(config).float().eval()
 
 
-def test_hybrid_conv_model_refuses_tree_packing() -> None:
-    with pytest.raises(ValueError, match="conv"):
-        check_tree_packing_supported(tiny_lfm2())
-    with pytest.raises(ValueError, match="conv"):
-        enable_tree_attention(tiny_lfm2())
+def test_hybrid_conv_model_is_accepted_and_other_mixers_refused() -> None:
+    check_tree_packing_supported(tiny_lfm2())
     check_tree_packing_supported(tiny_llama())
+    model = tiny_lfm2()
+    model.config.layer_types = ["mamba", "full_attention"]
+    with pytest.raises(ValueError, match="mamba"):
+        enable_tree_attention(model)
 
 
 @pytest.mark.parametrize("make_model", [tiny_llama, tiny_lfm2], ids=["llama", "lfm2"])
