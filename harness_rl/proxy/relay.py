@@ -15,7 +15,6 @@ import asyncio
 import json
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -30,6 +29,7 @@ from harness_rl.proxy.context import ContextRefusal, context_message, parse_cont
 from harness_rl.proxy.dialects.base import DecodedRequest, Dialect
 from harness_rl.proxy.errors import ProxyError
 from harness_rl.proxy.gatekeeper import Block, StreamHold, TextBlock
+from harness_rl.proxy.own_replies import SSE_HEADERS, proxy_reply
 from harness_rl.proxy.sampling import apply_sampling_policy
 from harness_rl.proxy.sessions import Session, SessionStore
 from harness_rl.proxy.upstream import CHAT_PATH, Upstream, UpstreamError, UpstreamStream
@@ -37,8 +37,6 @@ from harness_rl.proxy.upstream import CHAT_PATH, Upstream, UpstreamError, Upstre
 log = logging.getLogger(__name__)
 
 BUDGET_MESSAGE = "Request budget exhausted; stop now."
-# Streams are relayed chunk by chunk; these headers keep intermediaries from buffering them.
-_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 class Relay:
@@ -240,7 +238,7 @@ class Relay:
             for event in encoder.on_end():
                 yield event
 
-        return StreamingResponse(events(), media_type="text/event-stream", headers=_SSE_HEADERS)
+        return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
 
     def _record(
         self,
@@ -305,7 +303,7 @@ class Relay:
             t_end=now,
             budget_exhausted=True,
         )
-        return _proxy_reply(dialect, req, model, self.budget_message, "stop")
+        return proxy_reply(dialect, req, model, self.budget_message, "stop")
 
     async def _post(self, session: Session, body: dict) -> tuple[int, bytes] | ContextRefusal:
         """A non-streamed engine call fitted to the context: (status, body), or the refusal of a prompt that fills
@@ -375,7 +373,7 @@ class Relay:
         session.record_event(
             "context_exhausted", prompt_tokens=refusal.prompt_tokens, max_model_len=max_model_len, dialect=dialect.name
         )
-        return _proxy_reply(dialect, req, model, context_message(max_model_len), "length")
+        return proxy_reply(dialect, req, model, context_message(max_model_len), "length")
 
 
 async def _sse_data_batches(resp: UpstreamStream) -> AsyncIterator[list[bytes]]:
@@ -410,22 +408,6 @@ def _review_reply(session: Session, data: dict[str, Any], request_tools: Any) ->
         message["content"], block = session.gate.review_text(content)
         return [block] if block else []
     return []
-
-
-def _proxy_reply(dialect: Dialect, req: DecodedRequest, model: str, text: str, finish_reason: str) -> Response:
-    """A reply the proxy makes itself (request budget, full context), streamed or not as the client asked."""
-    if not req.stream:
-        return JSONResponse(dialect.encode_response(_budget_completion(model, text, finish_reason), req))
-    encoder = dialect.stream_encoder(req)
-
-    async def events() -> AsyncIterator[bytes]:
-        for chunk in _budget_chunks(model, text, finish_reason):
-            for event in encoder.on_chunk(chunk):
-                yield event
-        for event in encoder.on_end():
-            yield event
-
-    return StreamingResponse(events(), media_type="text/event-stream", headers=_SSE_HEADERS)
 
 
 async def _read_refusal(resp: UpstreamStream) -> bytes:
@@ -467,32 +449,3 @@ def _upstream_refused(session: Session, dialect: Dialect, status: int, content: 
     # The engine's 4xx (e.g. prompt longer than the context) is the client's problem; its 5xx is ours.
     client_status = status if 400 <= status < 500 else 502
     return _error_response(dialect, ProxyError(client_status, "upstream_error", f"Engine error {status}: {message}"))
-
-
-def _budget_completion(model: str, text: str, finish_reason: str = "stop") -> dict[str, Any]:
-    """A chat.completion as the engine would send it, for a reply the engine never made."""
-    return {
-        "id": f"chatcmpl-budget-{uuid.uuid4().hex}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}],
-        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-    }
-
-
-def _budget_chunks(model: str, text: str, finish_reason: str = "stop") -> list[dict[str, Any]]:
-    base = {
-        "id": f"chatcmpl-budget-{uuid.uuid4().hex}",
-        "object": "chat.completion.chunk",
-        "created": int(time.time()),
-        "model": model,
-    }
-    deltas = [
-        ({"role": "assistant", "content": ""}, None),
-        ({"content": text}, None),
-        ({}, finish_reason),
-    ]
-    chunks = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": f}]} for d, f in deltas]
-    chunks.append({**base, "choices": [], "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
-    return chunks
