@@ -42,11 +42,14 @@ class TrainerPlacement:
 
     def describe(self) -> str:
         """One line for the log: ``cuda:1 base=bfloat16 lora=float32 checkpointing=on``."""
-        name = lambda dtype: str(dtype).removeprefix("torch.")  # noqa: E731
         return (
-            f"{self.device} base={name(self.base_dtype)} lora={name(self.adapter_dtype)} "
+            f"{self.device} base={_dtype_name(self.base_dtype)} lora={_dtype_name(self.adapter_dtype)} "
             f"checkpointing={'on' if self.gradient_checkpointing else 'off'}"
         )
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def resolve_device(spec: str | torch.device | None) -> torch.device:

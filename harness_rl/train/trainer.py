@@ -28,7 +28,7 @@ from harness_rl.train.loss import grpo_loss
 from harness_rl.train.packing import pad_samples
 from harness_rl.train.placement import TrainerPlacement, place_model, resolve_placement
 from harness_rl.train.step_plan import MicroBatch, StepAssembler, plan_step
-from harness_rl.train.tree_attention import enable_tree_attention
+from harness_rl.train.tree_attention import enable_tree_attention, tree_packing_supported
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,8 @@ class PolicyTrainer:
         harness: The harness whose rollouts train this adapter (also the adapter's name prefix).
         model_path: Directory (or hub id) of the base model; the same weights the engine serves.
         trainer_cfg: The ``trainer`` config group.
-        family: ``model.family``; hybrid short-conv models (``lfm2``) train on padded batches.
+        family: ``model.family``, for the log. Packing (``trainer.packing: auto``) follows the model's layers:
+            tree rows where :func:`~harness_rl.train.tree_attention.tree_packing_supported`, else padded batches.
         registry: Loads published versions into the engine and retires old ones.
         run_dir: The run folder; adapters go to ``adapters/``, checkpoints to ``checkpoints/``.
         seed: Seeds LoRA initialisation.
@@ -93,15 +94,16 @@ class PolicyTrainer:
             self.pad_token_id = self.pad_token_id[0]
         self.packing = trainer_cfg.packing
         if self.packing == "auto":
-            self.packing = "padded" if family == "lfm2" else "tree"
+            self.packing = "tree" if tree_packing_supported(self.model) else "padded"
         if self.packing == "tree":
             enable_tree_attention(self.model)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=trainer_cfg.lr, weight_decay=trainer_cfg.weight_decay)
         self.model.train()
         log.info(
-            "trainer %s on %s, packing=%s, token_budget=%d",
+            "trainer %s (%s) on %s, packing=%s, token_budget=%d",
             harness,
+            family,
             self.placement.describe(),
             self.packing,
             trainer_cfg.token_budget,

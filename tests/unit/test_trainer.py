@@ -97,16 +97,30 @@ def test_checkpoint_round_trip(tiny_model_dir, tmp_path):
     assert not list(path.parent.glob(".step_*"))  # no temporary folder left behind
 
 
-def test_hybrid_models_use_padded_batches(tiny_model_dir, tmp_path):
-    trainer = PolicyTrainer(
-        harness="h",
-        model_path=tiny_model_dir,
-        trainer_cfg=trainer_cfg(packing="auto"),
-        family="lfm2",
-        registry=RecordingRegistry(),
-        run_dir=tmp_path,
-    )
-    assert trainer.packing == "padded"
+def test_auto_packing_follows_the_model(tmp_path, monkeypatch):
+    import harness_rl.train.trainer as trainer_module
+    from tests.tree_models import tiny_lfm2
+
+    lfm2_dir = tmp_path / "tiny-lfm2"
+    tiny_lfm2().save_pretrained(lfm2_dir)
+
+    def make():
+        return PolicyTrainer(
+            harness="h",
+            model_path=str(lfm2_dir),
+            trainer_cfg=trainer_cfg(packing="auto"),
+            family="lfm2",
+            registry=RecordingRegistry(),
+            run_dir=tmp_path,
+        )
+
+    # The hybrid LFM2 (short convolutions beside attention) is tree-packed, and trains.
+    trainer = make()
+    assert trainer.packing == "tree"
+    assert trainer.train_step([make_group(trainer, 0, 0, [1.0, -1.0])])["policy/version"] == 1
+    # A model the tree cannot pack (recurrent layers, attention sinks) falls back to padded batches.
+    monkeypatch.setattr(trainer_module, "tree_packing_supported", lambda model: False)
+    assert make().packing == "padded"
 
 
 def step_gradients(trainer, groups, *, token_budget, packing):
