@@ -118,3 +118,19 @@ def packed_row(samples: list[dict]) -> dict[str, torch.Tensor]:
 def reference_logprobs(model: torch.nn.Module, samples: list[dict]) -> torch.Tensor:
     """Per-sample unpacked forwards, concatenated in ``pack()``'s loss-term order."""
     return torch.cat([sequence_token_logprobs(model, s["input_ids"], s["completion_mask"]) for s in samples])
+
+
+def long_branching_samples() -> list[dict]:
+    """A GRPO-like group long enough for several 128-token tiles: a 150-token prompt, eight continuations (two
+    of them retries after a shared extra turn), and a second group's sample as another root (~1,000 tokens)."""
+    g = torch.Generator().manual_seed(2)
+    prompt = torch.randint(0, VOCAB, (150,), generator=g)
+    turn = torch.cat([prompt, torch.randint(0, VOCAB, (30,), generator=g)])
+    samples = []
+    for i in range(8):
+        stem = turn if i >= 6 else prompt
+        n = int(torch.randint(40, 120, (1,), generator=g))
+        ids = torch.cat([stem, torch.tensor([i]), torch.randint(0, VOCAB, (n,), generator=g)])
+        samples.append(_sample(ids, len(stem), float(i) - 3.5, "A", g))
+    samples.append(_sample(torch.randint(0, VOCAB, (100,), generator=g), 60, 1.0, "B", g))
+    return samples
