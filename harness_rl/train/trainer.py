@@ -160,6 +160,8 @@ class PolicyTrainer:
         step, no new version, nothing published; ``train/empty_step`` is 1 in its metrics.
         """
         t0 = time.perf_counter()
+        if self.placement.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.placement.device)  # memory/peak_gib is this step's peak
         samples, dropped = self.fresh_samples(groups)
         plan = plan_step(samples, token_budget=self.cfg.token_budget, packing=self.packing)
         trained_tokens = plan.trained_tokens
