@@ -34,9 +34,15 @@ def main(cfg: DictConfig) -> float | None:
     except (ConfigError, FileNotFoundError) as err:
         log.error("invalid config: %s", err)
         sys.exit(2)
-    from harness_rl.eval.evaluate import run_evaluation
+    from harness_rl.launch.placement import check_devices
+    from harness_rl.models.fetch import resolve_model_path
 
     try:
+        # What this machine may lack (the weights, a GPU) fails here in one line, before the heavy imports.
+        resolve_model_path(cfg.model.path)
+        check_devices(cfg)
+        from harness_rl.eval.evaluate import run_evaluation
+
         summary = run_evaluation(cfg)
     except (*USER_ERRORS, ValueError) as err:  # bad input or a failed start: one clear line, not a traceback
         log.error("%s: %s", type(err).__name__, err)

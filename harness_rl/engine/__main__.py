@@ -49,11 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     from harness_rl.config.compose import compose_config
     from harness_rl.config.validators import ConfigError
     from harness_rl.launch.components import build_engine
+    from harness_rl.launch.placement import check_devices
     from harness_rl.models.fetch import ModelFetchError, resolve_model_path
 
     try:
         cfg = compose_config(argv[1:])
-        server = build_engine(cfg, resolve_model_path(cfg.model.path), log_path=None)
+        model_path = resolve_model_path(cfg.model.path)
+        check_devices(cfg)  # a DeviceError is a ConfigError: one line, before vLLM starts
+        server = build_engine(cfg, model_path, log_path=None)
     except (ConfigError, ModelFetchError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
