@@ -1,4 +1,4 @@
-"""Portable tree attention: prefix-tree packed rows attended in pure PyTorch (CPU and GPU).
+"""Tree attention: prefix-tree packed rows attended in pure PyTorch (any device), fused with flex on CUDA.
 
 A packed row (`trl.experimental.async_grpo.packing.TreeRow.pack()`) lays a prefix trie of samples out in DFS
 pre-order: a token shared by several samples is forwarded once. Every packed token must attend to exactly the
