@@ -72,7 +72,14 @@ def start_serving(
     if gate is not None:
         stack.callback(gate.close)
     proxy_server = ProxyServer(
-        engine.url, admin_token, base_model=cfg.model.name, host=cfg.proxy.host, port=cfg.proxy.port, safety_gate=gate
+        engine.url,
+        admin_token,
+        base_model=cfg.model.name,
+        host=cfg.proxy.host,
+        port=cfg.proxy.port,
+        safety_gate=gate,
+        # The engine's context: each call's max_tokens is capped to it from the first call on (proxy/context.py).
+        context_length=cfg.model.max_model_len,
     )
     stack.callback(proxy_server.stop)
     proxy_server.start()

@@ -50,7 +50,7 @@ def _run(cfg: DictConfig, stack: ExitStack) -> float:
     from harness_rl.engine.adapters import AdapterRegistry
     from harness_rl.launch.placement import check_devices, describe, trainer_device
     from harness_rl.models.fetch import resolve_model_path
-    from harness_rl.rollout.worker import RolloutWorker, group_metrics
+    from harness_rl.rollout.worker import RolloutWorker, group_metrics, pending_groups_bound
     from harness_rl.sandbox.local import LocalSandbox
     from harness_rl.tracking import build_metrics
     from harness_rl.tracking.jsonl import JsonlSink
@@ -138,6 +138,7 @@ def _run(cfg: DictConfig, stack: ExitStack) -> float:
             run_dir=run_dir,
             scale_rewards=cfg.trainer.scale_rewards,
             on_rollout=on_rollout,
+            max_pending_groups=pending_groups_bound(cfg.trainer.max_staleness, cfg.trainer.tasks_per_step),
         )
         workers[name] = worker.start()
 
@@ -160,6 +161,9 @@ def _run(cfg: DictConfig, stack: ExitStack) -> float:
                 "batch/skipped_groups": len(groups.skipped),
                 **trainer.train_step(groups.trained),
             }
+            # Groups still sampling on a version the trainer would now drop as stale free their adapter slot.
+            workers[name].cancel_stale(trainer.version - cfg.trainer.max_staleness)
+            step_metrics["batch/stale_groups_cancelled"] = workers[name].stale_groups_cancelled
             step_metrics["time/wait_for_rollouts_s"] = wait_s
             if step % cfg.trainer.checkpoint_every == 0 or step == cfg.trainer.max_steps:
                 step_metrics["checkpoint"] = str(trainer.checkpoint())

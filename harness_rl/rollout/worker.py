@@ -31,7 +31,6 @@ from harness_rl.harnesses.base import Harness
 from harness_rl.rollout.group import ScoredGroup, group_metrics, safety_metrics, score_group
 from harness_rl.rollout.proxy_admin import ProxyAdmin
 from harness_rl.rollout.session import RolloutResult, RolloutSettings, run_rollout
-from harness_rl.rollout.stop import stop_processes_under
 
 __all__ = [
     "GroupCancelled",
@@ -199,6 +198,8 @@ class RolloutWorker:
         self.on_rollout = on_rollout
         self.groups: queue.Queue[ScoredGroup] = queue.Queue()
         self.stale_groups_cancelled = 0
+        #: Where the harness runs its processes; a cancelled group's runs are stopped through it.
+        self._sandbox = getattr(harness, "sandbox", None)
         self._stop = threading.Event()
         self._ids = itertools.count()
         self._slots = threading.Semaphore(self.max_groups)
@@ -363,6 +364,7 @@ class RolloutWorker:
         """
         pending = set(run.futures)
         while pending:
-            if run.cancelled.is_set():
-                stop_processes_under(run.folder)
+            if run.cancelled.is_set() and self._sandbox is not None:
+                # Exactly the runs the sandbox started for this group's rollout folders (recorded PIDs).
+                self._sandbox.terminate_under(run.folder)
             _, pending = wait(pending, timeout=0.5 if run.cancelled.is_set() else 1.0)

@@ -151,6 +151,15 @@ class Sandbox(Protocol):
         """
         ...
 
+    def terminate_all(self) -> list[int]:
+        """Stop every run in flight and refuse later ones; called once on shutdown. Returns the stopped PIDs."""
+        ...
+
+    def terminate_under(self, folder: Path) -> list[int]:
+        """Stop the runs in flight whose rollout folder lies inside ``folder``; called when the rollout worker
+        cancels a group (its rollouts are ``folder/r<i>``). Other runs go on. Returns the stopped PIDs."""
+        ...
+
 
 @runtime_checkable
 class ContainerSandbox(Sandbox, Protocol):

@@ -85,7 +85,8 @@ class DockerSandbox:
         self.pids_limit = pids_limit
         self.kill_grace_s = kill_grace_s
         self.read_only_root = read_only_root
-        self._live: dict[str, subprocess.Popen] = {}
+        # container name -> (docker client process, the run's layout)
+        self._live: dict[str, tuple[subprocess.Popen, SandboxLayout]] = {}
         self._live_lock = threading.Lock()
         self._closed = False
 
@@ -172,7 +173,7 @@ class DockerSandbox:
                 stderr=stderr,
                 start_new_session=True,
             )
-            self._live[name] = proc
+            self._live[name] = (proc, layout)
         timed_out = False
         try:
             proc.wait(timeout=timeout_s)
@@ -203,7 +204,21 @@ class DockerSandbox:
         docker clients' PIDs."""
         with self._live_lock:
             self._closed = True
-            live = list(self._live.items())
+            live = [(name, proc) for name, (proc, _) in self._live.items()]
+        for name, proc in live:
+            self._stop(name, proc)
+        return [proc.pid for _, proc in live]
+
+    def terminate_under(self, folder: Path) -> list[int]:
+        """Kill the containers of the runs whose rollout folder lies inside ``folder`` (one cancelled group);
+        other runs go on. Returns the docker clients' PIDs."""
+        folder = Path(folder).resolve()
+        with self._live_lock:
+            live = [
+                (name, proc)
+                for name, (proc, layout) in self._live.items()
+                if layout.home.resolve().is_relative_to(folder)
+            ]
         for name, proc in live:
             self._stop(name, proc)
         return [proc.pid for _, proc in live]

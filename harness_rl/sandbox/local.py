@@ -122,7 +122,8 @@ class LocalSandbox:
         self.niceness = niceness
         # Runs in flight (from any thread), so a shutdown can stop them at once instead of waiting for
         # their wall-clock limits.
-        self._live: dict[str, subprocess.Popen] = {}
+        # marker -> (main process, the run's layout): what terminate_all and terminate_under stop.
+        self._live: dict[str, tuple[subprocess.Popen, SandboxLayout]] = {}
         self._live_lock = threading.Lock()
         self._closed = False
 
@@ -200,7 +201,7 @@ class LocalSandbox:
                 stderr=stderr,
                 start_new_session=True,  # its own process group, so the whole group can be signalled
             )
-            self._live[marker] = proc
+            self._live[marker] = (proc, layout)
         timed_out = False
         try:
             proc.wait(timeout=timeout_s)
@@ -226,7 +227,26 @@ class LocalSandbox:
         """
         with self._live_lock:
             self._closed = True
-            live = list(self._live.items())
+            live = [(marker, proc) for marker, (proc, _) in self._live.items()]
+        return self._stop_runs(live)
+
+    def terminate_under(self, folder: Path) -> list[int]:
+        """Stop the runs in flight whose rollout folder lies inside ``folder`` (one cancelled group), and
+        whatever they started; other runs go on and later runs still start.
+
+        Returns:
+            PIDs of the runs' main processes that were stopped.
+        """
+        folder = Path(folder).resolve()
+        with self._live_lock:
+            live = [
+                (marker, proc)
+                for marker, (proc, layout) in self._live.items()
+                if layout.home.resolve().is_relative_to(folder)  # every layout's HOME is inside its rollout folder
+            ]
+        return self._stop_runs(live)
+
+    def _stop_runs(self, live: list[tuple[str, subprocess.Popen]]) -> list[int]:
         for marker, proc in live:
             self._terminate(proc)
             _kill_marked(marker, grace_s=self.kill_grace_s)

@@ -130,6 +130,35 @@ def test_terminate_all_stops_runs_in_flight_at_once(tmp_path, use_bwrap):
 
 
 @pytest.mark.parametrize("use_bwrap", MODES)
+def test_terminate_under_stops_one_groups_runs_only(tmp_path, use_bwrap):
+    """A cancelled group's runs (and what they detached) stop; another group's run goes on, later runs start."""
+    sb = LocalSandbox(use_bwrap=use_bwrap, kill_grace_s=1)
+    results: dict[str, object] = {}
+
+    def run(group: str) -> None:
+        layout = SandboxLayout.for_rollout(tmp_path / group / "r0")
+        cmd = ["sh", "-c", "setsid sleep 303 & sleep 300"]
+        results[group] = sb.run(cmd, layout, env=base_env(), timeout_s=120)
+
+    threads = {group: threading.Thread(target=run, args=(group,)) for group in ("g0", "g1")}
+    for t in threads.values():
+        t.start()
+    deadline = time.monotonic() + 10
+    while len(sb._live) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # let the detached sleeps start
+    stopped = sb.terminate_under(tmp_path / "g0")
+    threads["g0"].join(timeout=15)
+    assert len(stopped) == 1 and "g0" in results and "g1" not in results
+    assert threads["g1"].is_alive()
+    quick = sb.run(["true"], SandboxLayout.for_rollout(tmp_path / "g2" / "r0"), env=base_env(), timeout_s=30)
+    assert quick.returncode == 0  # the sandbox is not closed
+    sb.terminate_all()
+    threads["g1"].join(timeout=15)
+    assert sb._live == {}
+
+
+@pytest.mark.parametrize("use_bwrap", MODES)
 def test_leftover_background_process_is_killed_after_normal_exit(tmp_path, use_bwrap):
     layout = SandboxLayout.for_rollout(tmp_path / "r")
     with DescendantWatcher() as watcher:

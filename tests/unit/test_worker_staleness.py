@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from harness_rl.engine.adapters import AdapterRegistry
@@ -21,7 +22,6 @@ from harness_rl.envs.smoke import smoke_task
 from harness_rl.harnesses.base import HarnessOutcome
 from harness_rl.proxy.graph import RolloutGraph
 from harness_rl.rollout.session import RolloutSettings
-from harness_rl.rollout.stop import processes_under
 from harness_rl.rollout.worker import RolloutWorker, TaskSampler, pending_groups_bound
 from harness_rl.sandbox.base import SandboxLayout
 from harness_rl.sandbox.local import LocalSandbox
@@ -30,6 +30,22 @@ SETTINGS = RolloutSettings(
     step_limit=3, max_requests=4, timeout_s=120, verifier_timeout_s=10, temperature=0.8, max_tokens=64
 )
 MAX_STALENESS = 3
+
+
+def processes_under(folder: Path) -> list[psutil.Process]:
+    """What the test watches: processes whose HOME lies inside ``folder`` (every sandboxed run's HOME is in its
+    rollout folder)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            home = proc.environ().get("HOME")
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+        if home and Path(home).resolve().is_relative_to(Path(folder).resolve()):
+            found.append(proc)
+    return found
 
 
 class RecordingEngine:
