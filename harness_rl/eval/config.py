@@ -22,7 +22,7 @@ from harness_rl.config.schema import TrainConfig, register_configs
 log = logging.getLogger(__name__)
 
 #: Sections taken from the evaluated run unless the command line picks or changes them.
-RUN_SECTIONS = ("model", "harness", "tasks", "budget", "safety")
+RUN_SECTIONS = ("model", "harness", "tasks", "budget", "safety", "placement")
 
 
 @dataclass
