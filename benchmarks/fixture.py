@@ -16,7 +16,12 @@ from typing import Any
 
 import torch
 
-DEFAULT_FIXTURE = Path(__file__).parent / "data" / "pi_groups.json.gz"
+DATA = Path(__file__).parent / "data"
+#: Every rollout's workspace at one path, as in a container sandbox: a group's system prompts are identical.
+DEFAULT_FIXTURE = DATA / "pi_groups.json.gz"
+#: A folder per rollout, as ``LocalSandbox`` runs them today: pi's system prompt names the working directory,
+#: so the prompts of a group part after ~630 of their ~1,530 tokens and each rollout adds ~1,000 unique tokens.
+ROLLOUT_CWD_FIXTURE = DATA / "pi_groups_rollout_cwd.json.gz"
 
 _KEYS = ("group_id", "rollout_index", "advantage", "input_ids", "loss_mask", "logprobs")
 

@@ -1,6 +1,6 @@
 """Benchmark: tree packing vs padding-free packing vs padded batches on real captured GRPO groups.
 
-    python -m benchmarks.packing [--groups 1] [--layers 4] [--repeats 3] [--tiny]
+    python -m benchmarks.packing [--groups 1] [--layers 4] [--repeats 2] [--tree-modes auto,dense,segments]
 
 On the fixture's samples (8-rollout groups captured from pi through the vLLM CPU engine and the capture proxy,
 see :mod:`benchmarks.fixture`), it measures:
@@ -36,7 +36,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from benchmarks.fixture import DEFAULT_FIXTURE, load_samples
+from benchmarks.fixture import DEFAULT_FIXTURE, ROLLOUT_CWD_FIXTURE, load_samples
 from benchmarks.models import SMOLLM2_WIDTH, TINY, make_hybrid_model, make_model
 from benchmarks.step_memory import step_memory_ratio
 from harness_rl.train.logprobs import packed_token_logprobs, padded_token_logprobs, sequence_token_logprobs
@@ -203,13 +203,20 @@ def _print_timings(console: Console, samples: Sequence[dict[str, Any]], layers: 
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fixture", type=Path, default=DEFAULT_FIXTURE)
-    parser.add_argument("--groups", type=int, default=None, help="fixture groups to time (default: all)")
+    parser.add_argument("--groups", type=int, default=1, help="fixture groups to time (0: all; 3 take ~3x longer)")
     parser.add_argument("--layers", type=int, default=4, help="SmolLM2-135M has 30; fewer keeps the run short")
     parser.add_argument("--lora-rank", type=int, default=16)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--tree-modes", default="auto", help="tree attention kernels to time, e.g. auto,dense,segments")
     parser.add_argument("--device", default="auto", help="auto (cuda when present), cpu, cuda, cuda:N")
+    parser.add_argument(
+        "--mem-fixture",
+        type=Path,
+        default=ROLLOUT_CWD_FIXTURE,
+        help="samples of the memory steps; by default the per-rollout-workspace capture, where 4x the samples is "
+        "~3.5x the unique tokens (with a shared system prompt it is ~1.6x, too little to load the memory)",
+    )
     parser.add_argument("--mem-budget", type=int, default=4096, help="trainer.token_budget of the memory steps")
     parser.add_argument("--mem-layers", type=int, default=2)
     parser.add_argument("--skip-memory", action="store_true", help="report step_mem_4x_ratio=nan (tests)")
@@ -219,7 +226,7 @@ def main(argv: list[str] | None = None) -> str:
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     width = TINY if args.tiny else SMOLLM2_WIDTH
     layers = 1 if args.tiny else args.layers
-    samples = load_samples(args.fixture, groups=1 if args.tiny else args.groups)[: 3 if args.tiny else None]
+    samples = load_samples(args.fixture, groups=1 if args.tiny else (args.groups or None))[: 3 if args.tiny else None]
     model = make_model(layers, width, args.lora_rank).to(device)
     with Progress(console=console, transient=True) as progress:
         times, logprobs, tokens = time_paths(
@@ -249,7 +256,7 @@ def main(argv: list[str] | None = None) -> str:
     if not args.skip_memory:
         with console.status("peak memory of one trainer step on 1x and 4x the samples (fresh processes)"):
             memory = step_memory_ratio(
-                args.fixture, token_budget=args.mem_budget, layers=1 if args.tiny else args.mem_layers, width=width
+                args.mem_fixture, token_budget=args.mem_budget, layers=1 if args.tiny else args.mem_layers, width=width
             )
         console.print(memory.describe())
         mem_ratio = memory.ratio

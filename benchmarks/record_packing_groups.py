@@ -40,7 +40,9 @@ HARNESS_KWARGS: dict[str, dict[str, Any]] = {
 }
 
 
-def record(harness_name: str, n_groups: int, rollouts: int, max_tokens: int, steps: int, context: int) -> dict:
+def record(
+    harness_name: str, n_groups: int, rollouts: int, max_tokens: int, steps: int, context: int, fixed_workspace: bool
+) -> dict:
     """Run the groups and return the fixture payload (``meta`` and ``samples``)."""
     from harness_rl.config.compose import compose_config
     from harness_rl.envs.smoke import load_smoke_tasks
@@ -74,20 +76,38 @@ def record(harness_name: str, n_groups: int, rollouts: int, max_tokens: int, ste
         out_dir = Path(tmp)
         serving = start_serving(cfg, model_path, out_dir, stack, status=lambda msg: _logged(msg))
         for group_id, task in enumerate(tasks):
-            with ThreadPoolExecutor(max_workers=cfg.trainer.max_sessions) as pool:
-                futures = [
-                    pool.submit(
-                        run_rollout,
-                        task=task,
-                        harness=harness,
-                        proxy=serving.proxy,
-                        adapter=None,
-                        settings=settings,
-                        rollout_dir=out_dir / f"g{group_id}" / f"r{index}",
+            if fixed_workspace:
+                results = []
+                for index in range(rollouts):
+                    # One rollout at a time in the same folder, moved aside afterwards: every rollout sees the
+                    # same working directory, as in a container sandbox, so its system prompt is shared whole.
+                    shared_dir = out_dir / "rollout"
+                    results.append(
+                        run_rollout(
+                            task=task,
+                            harness=harness,
+                            proxy=serving.proxy,
+                            adapter=None,
+                            settings=settings,
+                            rollout_dir=shared_dir,
+                        )
                     )
-                    for index in range(rollouts)
-                ]
-                results = [f.result() for f in futures]
+                    shared_dir.rename(out_dir / f"g{group_id}-r{index}")
+            else:
+                with ThreadPoolExecutor(max_workers=cfg.trainer.max_sessions) as pool:
+                    futures = [
+                        pool.submit(
+                            run_rollout,
+                            task=task,
+                            harness=harness,
+                            proxy=serving.proxy,
+                            adapter=None,
+                            settings=settings,
+                            rollout_dir=out_dir / f"g{group_id}" / f"r{index}",
+                        )
+                        for index in range(rollouts)
+                    ]
+                    results = [f.result() for f in futures]
             group = score_group(group_id, task, harness_name, 0, results)
             for index, (result, advantage) in enumerate(zip(results, group.advantages, strict=True)):
                 log.info(
@@ -124,6 +144,7 @@ def record(harness_name: str, n_groups: int, rollouts: int, max_tokens: int, ste
         "max_model_len": context,
         "temperature": settings.temperature,
         "tasks": [t.id for t in tasks],
+        "workspace": "one path for every rollout (sequential)" if fixed_workspace else "a folder per rollout",
     }
     return {"meta": meta, "samples": samples}
 
@@ -142,10 +163,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--context", type=int, default=4096, help="engine max_model_len (codex needs 8192)")
+    parser.add_argument(
+        "--per-rollout-workspace",
+        action="store_true",
+        help="each rollout in its own folder, concurrently, as LocalSandbox runs them today (the working directory "
+        "in the system prompt then differs between rollouts and splits the shared prefix)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_FIXTURE)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    payload = record(args.harness, args.groups, args.rollouts, args.max_tokens, args.steps, args.context)
+    payload = record(
+        args.harness,
+        args.groups,
+        args.rollouts,
+        args.max_tokens,
+        args.steps,
+        args.context,
+        fixed_workspace=not args.per_rollout_workspace,
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(args.out, "wt", encoding="utf-8") as fh:
         json.dump(payload, fh, separators=(",", ":"))
