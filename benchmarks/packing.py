@@ -14,8 +14,9 @@ see :mod:`benchmarks.fixture`), it measures:
 
 timing one training forward+backward of each on a random-weight Llama of SmolLM2-135M's width with LoRA on
 every projection (best of ``--repeats``, the paths taking turns so that a busy machine slows them alike), after
-checking that all three give the same log-probs; (d) the tiny random-weight hybrid LFM2 model (short-conv and
-attention layers, LoRA) tree-packed vs unpacked, as the largest log-prob difference; (e) the peak memory of one
+checking that all three give the same log-probs; (d) tiny random-weight hybrids of the study's architectures
+(LFM2 and LFM2-MoE: short-conv and attention layers, LoRA) tree-packed vs one sample at a time, as the largest
+log-prob difference of the two; (e) the peak memory of one
 ``PolicyTrainer.train_step`` on 4x the samples at the same token budget, over that of 1x (each in a fresh
 process, see :mod:`benchmarks.step_memory`). The last line is
 ``tree_vs_padfree=X tree_vs_padded=Y hybrid_tree_logprob_diff=D step_mem_4x_ratio=M`` (targets: X >= 2,
