@@ -83,7 +83,8 @@ TREE_ATTENTION_MODES = ("auto", "dense", "segments", "flex")
 
 DENSE_MAX_TOKENS = 1024
 """Rows up to this many packed tokens use the dense ancestor mask in ``mode="auto"`` (measured with
-``python -m harness_rl.train.bench``: below it, fewer launches win; above it, the tree's sparsity wins)."""
+``python -m benchmarks.packing --tree-modes auto,dense,segments``: below it, fewer launches win; above it, the
+tree's sparsity wins)."""
 
 _ATTENTION_LAYER_TYPES = {"full_attention", "sliding_attention"}
 _CONV_LAYER_TYPE = "conv"
