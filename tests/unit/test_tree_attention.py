@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
-from transformers import Lfm2Config, Lfm2ForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+from transformers import Lfm2Config, Lfm2ForCausalLM, MistralConfig, MistralForCausalLM
 
 from harness_rl.train.flex_tree_attention import tree_block_mask
 from harness_rl.train.logprobs import packed_token_logprobs, padded_token_logprobs, sequence_token_logprobs
@@ -22,24 +22,9 @@ from harness_rl.train.tree_attention import (
     tree_sdpa_attention,
 )
 from harness_rl.train.tree_index import tree_index
+from tests.tree_models import VOCAB, tiny_llama
 
-VOCAB = 128
 PROMPT = 24
-
-
-def tiny_llama(seed: int = 0) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        attn_implementation="sdpa",
-    )
-    return LlamaForCausalLM(config).float().eval()
 
 
 def make_samples() -> list[dict]:
