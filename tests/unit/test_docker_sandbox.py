@@ -140,3 +140,27 @@ def test_terminate_all_kills_containers_in_flight(tmp_path, fake_docker):
     with pytest.raises(SandboxClosedError):  # nothing starts after the shutdown
         sandbox.run(["true"], layout(tmp_path), env={}, timeout_s=5)
     assert [c["argv"][0] for c in calls(fake_docker)] == ["run", "kill"]
+
+
+def test_terminate_under_kills_only_that_groups_containers(tmp_path, fake_docker):
+    """A cancelled group's container is killed by name; another group's run goes on and new runs still start."""
+    sandbox = DockerSandbox(IMAGE, kill_grace_s=5)
+    results: dict[str, object] = {}
+
+    def run(group: str) -> None:
+        lay = SandboxLayout.for_rollout(tmp_path / group / "r0", readonly=(tmp_path / "tools",))
+        results[group] = sandbox.run(["sleep", "300"], lay, env={}, timeout_s=300)
+
+    runners = {group: threading.Thread(target=run, args=(group,)) for group in ("g0", "g1")}
+    for runner in runners.values():
+        runner.start()
+    while len(list(fake_docker.glob("*.pid"))) < 2:
+        time.sleep(0.05)
+    assert len(sandbox.terminate_under(tmp_path / "g0")) == 1
+    runners["g0"].join(30)
+    assert "g0" in results and results["g0"].returncode == 137 and runners["g1"].is_alive()
+    sandbox.run(["true"], SandboxLayout.for_rollout(tmp_path / "g2" / "r0"), env={}, timeout_s=30)
+    assert [c["argv"][0] for c in calls(fake_docker)].count("kill") == 1
+    sandbox.terminate_all()
+    runners["g1"].join(30)
+    assert not runners["g1"].is_alive()
