@@ -130,8 +130,13 @@ class FakeEngine:
         status: int | None = None,
         context_limit: int | None = None,
         refuse_long_output: bool = False,
+        reply_delay_s: float = 0.0,
     ) -> FakeEngine:
-        """Replaces the script and behaviour and forgets recorded requests (reuse one server across tests)."""
+        """Replaces the script and behaviour and forgets recorded requests (reuse one server across tests).
+
+        ``reply_delay_s`` holds every reply (and a stream's headers) that long: a stalled engine.
+        """
+        self.reply_delay_s = reply_delay_s
         self.replies = list(replies or [])
         self.chunk_delay_s = chunk_delay_s
         self.omit_token_ids = omit_token_ids
@@ -149,6 +154,8 @@ class FakeEngine:
     async def _chat(self, request: Request) -> Response:
         body = await request.json()
         self.requests.append(body)
+        if self.reply_delay_s:
+            await asyncio.sleep(self.reply_delay_s)
         if self.status is not None:
             error = {
                 "message": "scripted failure",

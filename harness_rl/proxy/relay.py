@@ -308,22 +308,26 @@ class Relay:
     async def _post(self, session: Session, body: dict) -> tuple[int, bytes] | ContextRefusal:
         """A non-streamed engine call fitted to the context: (status, body), or the refusal of a prompt that fills
         it. Raises UpstreamError like ``Upstream.post_json``."""
-        status, content = await self.upstream.post_json(CHAT_PATH, body)
+        with session.engine_call():
+            status, content = await self.upstream.post_json(CHAT_PATH, body)
         refusal = self._context_refusal(session, body, status, content, may_retry=True)
         if refusal is not None and not refusal.exhausted:
-            status, content = await self.upstream.post_json(CHAT_PATH, body)
+            with session.engine_call():
+                status, content = await self.upstream.post_json(CHAT_PATH, body)
             refusal = self._context_refusal(session, body, status, content, may_retry=False)
         return refusal if refusal is not None else (status, content)
 
     async def _open_stream(self, session: Session, body: dict) -> UpstreamStream | tuple[int, bytes] | ContextRefusal:
         """``_post`` for a streamed call: the open stream, (status, body) of a refusal, or a full context."""
-        resp = await self.upstream.open_stream(CHAT_PATH, body)
+        with session.engine_call():
+            resp = await self.upstream.open_stream(CHAT_PATH, body)
         if resp.status_code == 200:
             return resp
         content = await _read_refusal(resp)
         refusal = self._context_refusal(session, body, resp.status_code, content, may_retry=True)
         if refusal is not None and not refusal.exhausted:
-            resp = await self.upstream.open_stream(CHAT_PATH, body)
+            with session.engine_call():
+                resp = await self.upstream.open_stream(CHAT_PATH, body)
             if resp.status_code == 200:
                 return resp
             content = await _read_refusal(resp)

@@ -9,9 +9,11 @@ an output budget clamped to the context, a prompt that no longer fits in it).
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -47,6 +49,9 @@ class Session:
     gate: SessionGate | None = None
     created: float = field(default_factory=time.time)
     requests: int = 0
+    #: Engine calls sent and not yet answered (no status line back). Non-zero when the harness was killed means the
+    #: engine, not the agent, held the rollout up at that moment (see rollout/session.py).
+    awaiting_engine: int = 0
     failures: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     graph: RolloutGraph = field(default_factory=RolloutGraph)
@@ -61,6 +66,17 @@ class Session:
         with self._lock:
             self.requests += 1
             return self.max_requests is None or self.requests <= self.max_requests
+
+    @contextlib.contextmanager
+    def engine_call(self) -> Iterator[None]:
+        """Counts a call as awaiting the engine until its reply (or stream headers, or an error) comes back."""
+        with self._lock:
+            self.awaiting_engine += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.awaiting_engine -= 1
 
     def record_failure(self, kind: str, message: str, **details: Any) -> None:
         """Keeps a call the proxy could not capture (or serve) on the session's record."""
@@ -79,6 +95,7 @@ class Session:
             failures = [dict(f) for f in self.failures]
             events = [dict(e) for e in self.events]
             requests = self.requests
+            awaiting_engine = self.awaiting_engine
         return {
             "key": self.key,
             "adapter": self.adapter,
@@ -88,6 +105,7 @@ class Session:
             "safety": "on" if self.gate is not None else "off",
             "sampling": self.sampling.to_json(),
             "requests": requests,
+            "awaiting_engine": awaiting_engine,
             "failures": failures,
             "events": events,
             "nodes": [n.to_json() for n in self.graph.nodes],

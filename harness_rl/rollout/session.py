@@ -258,6 +258,10 @@ def run_rollout(
     faults = infrastructure_faults(trace, timed_out=timed_out) if trace is not None else []
     if unscorable is None and faults:
         unscorable = f"proxy recorded {len(faults)} failed call(s): {faults[0]}"
+    if unscorable is None and timed_out and trace is not None and trace.get("awaiting_engine"):
+        # The clock ran out while the engine had not answered (a hung or stalled engine): the engine's fault, not
+        # an attempt that took too long.
+        unscorable = f"harness killed at the {settings.timeout_s:g} s wall-clock limit while waiting for the engine"
     if unscorable is None and trace is not None and not trace.get("sequences"):
         unscorable = "no training sequence captured (" + (
             "the first prompt alone exceeded the model's context)"

@@ -84,6 +84,20 @@ class KilledMidStreamHarness:
         return HarnessOutcome(kind, -9, 2, "", None, time.monotonic() - start, self.timed_out)
 
 
+class KilledWhileWaitingHarness:
+    """Stands for a harness killed at the wall-clock limit while its call waited for an engine that did not answer."""
+
+    name = "waiting"
+    dialect = "openai_chat"
+
+    def run(self, task_workspace, instruction, *, base_url, api_key, step_limit, timeout_s, rollout_dir):
+        start = time.monotonic()
+        client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=1.0)
+        with pytest.raises(openai.APITimeoutError):  # the "kill": the client gives up on the call
+            client.chat.completions.create(model="m", messages=list(FIRST))
+        return HarnessOutcome("timeout", -9, 1, "", None, time.monotonic() - start, True)
+
+
 @pytest.fixture(scope="module")
 def stack():
     engine = FakeEngine()
@@ -136,3 +150,14 @@ def test_an_engine_5xx_is_unscorable(stack, tmp_path, status):
     result = rollout(stack, tmp_path, LoopHarness())
     assert result.score is None and "upstream_error" in result.unscorable
     assert result.end_reason == "error"  # the harness's own account of how it ended
+
+
+def test_a_kill_while_the_engine_has_not_answered_is_unscorable(stack, tmp_path):
+    """The clock ran out on a stalled engine, not on the agent: an infrastructure fault."""
+    engine, _ = stack
+    engine.reset([Reply(text=WRONG)], reply_delay_s=3.0)
+    result = rollout(stack, tmp_path, KilledWhileWaitingHarness())
+    assert result.trace["awaiting_engine"] == 1
+    assert result.score is None and result.unscorable.endswith("while waiting for the engine")
+    assert result.end_reason == "timeout"
+    time.sleep(3.0)  # let the held call finish before the next test re-scripts the engine
