@@ -296,6 +296,11 @@ class VLLMServer:
             _signal_group(pgid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5)
+        # SIGKILL is delivered asynchronously: on a loaded node the group's other members can take a moment to
+        # die. Wait for them, so that a caller restarting the engine never finds the old one still holding memory.
+        kill_deadline = time.monotonic() + 5
+        while _group_alive(pgid) and time.monotonic() < kill_deadline:
+            time.sleep(0.05)
         self._proc = None
         if self._log_file is not None:
             self._log_file.close()
