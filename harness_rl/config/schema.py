@@ -90,6 +90,7 @@ class TrainerConfig:
     dual_clip: float | None = 3.0
     max_log_ratio: float | None = None
     scale_rewards: bool = True
+    advantage_sign: float = 1.0
     max_steps: int = 200
     checkpoint_every: int = 10
     packing: str = "auto"
@@ -175,6 +176,24 @@ class ProxyConfig:
 
 
 @dataclass
+class EvalOptions:
+    """How ``eval.py`` measures a run (``conf/eval.yaml`` documents each key). A training config carries it too,
+    so that an experiment fixes its own evaluation (held-out split, samples per task) and ``eval.py run=RUN``
+    uses it; command-line overrides still win."""
+
+    split: str = "heldout"
+    task_ids: list[str] | None = None
+    max_tasks: int | None = None
+    samples: int = 1
+    pass_k: list[int] = field(default_factory=list)
+    cross_harness: bool = False
+    max_sessions: int = 4
+    temperature: float | None = None
+    max_tokens_per_turn: int | None = None
+    bootstrap_seed: int = 0
+
+
+@dataclass
 class TrainConfig:
     seed: int = 0
     run_name: str = MISSING
@@ -191,6 +210,7 @@ class TrainConfig:
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
     safety: SafetyConfig = field(default_factory=SafetyConfig)
+    eval: EvalOptions = field(default_factory=EvalOptions)
 
 
 def _harness_mix_name(mix: Any) -> str:

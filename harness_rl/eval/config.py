@@ -10,7 +10,7 @@ and dotted overrides (``budget.max_agent_steps=2``) apply on top. The machine-sp
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
@@ -21,29 +21,15 @@ from harness_rl.config.schema import TrainConfig, register_configs
 
 log = logging.getLogger(__name__)
 
-#: Sections taken from the evaluated run unless the command line picks or changes them.
-RUN_SECTIONS = ("model", "harness", "tasks", "budget", "safety", "placement")
-
-
-@dataclass
-class EvalOptions:
-    split: str = "heldout"
-    task_ids: list[str] | None = None
-    max_tasks: int | None = None
-    samples: int = 1
-    pass_k: list[int] = field(default_factory=list)
-    cross_harness: bool = False
-    max_sessions: int = 4
-    temperature: float | None = None
-    max_tokens_per_turn: int | None = None
-    bootstrap_seed: int = 0
+#: Sections taken from the evaluated run unless the command line picks or changes them (``eval``: an experiment's
+#: own evaluation settings; the run's values win over ``conf/eval.yaml``'s defaults, dotted overrides over both).
+RUN_SECTIONS = ("model", "harness", "tasks", "budget", "safety", "placement", "eval")
 
 
 @dataclass
 class EvalRootConfig(TrainConfig):
     run: str = MISSING
     checkpoints: list[str] | None = None
-    eval: EvalOptions = field(default_factory=EvalOptions)
 
 
 def register_eval_configs() -> None:
