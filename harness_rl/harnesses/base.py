@@ -29,6 +29,9 @@ class HarnessOutcome:
         exit_status: The harness's own exit status string, unnormalized (e.g. "LimitsExceeded").
         trajectory_path: The harness's trajectory file, when it wrote one.
         isolation: The sandbox isolation the run had ("bwrap" or "none").
+        started_at: Wall time (``time.time()``) the harness process was launched, for the rollout's phase timing
+            (rollout/phases.py); None when the harness does not say (the rollout then takes its end minus
+            ``seconds``).
     """
 
     exit_kind: ExitKind
@@ -42,6 +45,7 @@ class HarnessOutcome:
     exit_status: str = ""
     trajectory_path: Path | None = None
     isolation: str = ""
+    started_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serializable dict for the rollout record."""

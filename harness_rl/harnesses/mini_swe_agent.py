@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -160,11 +161,13 @@ class MiniSweAgent(VenvInstalled):
         )
         log_path = layout.home.parent / "harness.log"
         with open(log_path, "wb") as log:
+            started_at = time.time()
             result = self.sandbox.run(argv, layout, env=self.env(layout), timeout_s=timeout_s, stdout=log, stderr=log)
         outcome = parse_trajectory(trajectory, timed_out=result.timed_out)
         outcome.returncode = result.returncode
         outcome.seconds = result.seconds
         outcome.isolation = result.isolation
+        outcome.started_at = started_at
         if outcome.exit_kind in ("error", "no_output") and not outcome.error:
             outcome.error = _tail(log_path)
         return outcome

@@ -5,6 +5,12 @@ key as its API key. A session fixes the adapter, the purpose (train/eval), the s
 request budget, and accumulates the rollout graph plus any failures (calls that could not be captured
 must never vanish silently from training data) and events (what the proxy did about a call that is not a fault:
 an output budget clamped to the context, a prompt that no longer fits in it).
+
+It also times the session for the rollout's phase breakdown (rollout/phases.py): when the first call reached the
+proxy (``first_request_t``, where the harness's start-up ends) and the intervals the proxy spent waiting on the
+engine (``engine_calls``), whose union is ``engine_wait_s`` (a harness with calls in flight at once waits once).
+All are wall-clock ``time.time()`` values, like the graph nodes' ``t_start``/``t_end``, so the rollout can line
+them up with its own clock.
 """
 
 from __future__ import annotations
@@ -52,6 +58,12 @@ class Session:
     #: Engine calls sent and not yet answered (no status line back). Non-zero when the harness was killed means the
     #: engine, not the agent, held the rollout up at that moment (see rollout/session.py).
     awaiting_engine: int = 0
+    #: Wall time the session's first call reached the proxy (None: no call yet).
+    first_request_t: float | None = None
+    #: ``[start, end]`` wall times of each finished engine call (until the reply, or the stream's headers).
+    engine_calls: list[list[float]] = field(default_factory=list)
+    #: Start times of engine calls still unanswered, by call token (a trace taken meanwhile counts them up to now).
+    _open_calls: dict[int, float] = field(default_factory=dict, repr=False)
     failures: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     graph: RolloutGraph = field(default_factory=RolloutGraph)
@@ -65,18 +77,24 @@ class Session:
         """
         with self._lock:
             self.requests += 1
+            if self.first_request_t is None:
+                self.first_request_t = time.time()
             return self.max_requests is None or self.requests <= self.max_requests
 
     @contextlib.contextmanager
     def engine_call(self) -> Iterator[None]:
-        """Counts a call as awaiting the engine until its reply (or stream headers, or an error) comes back."""
+        """Counts a call as awaiting the engine until its reply (or stream headers, or an error) comes back, and
+        times it (``engine_calls``)."""
+        token = object()
         with self._lock:
             self.awaiting_engine += 1
+            self._open_calls[id(token)] = time.time()
         try:
             yield
         finally:
             with self._lock:
                 self.awaiting_engine -= 1
+                self.engine_calls.append([self._open_calls.pop(id(token)), time.time()])
 
     def record_failure(self, kind: str, message: str, **details: Any) -> None:
         """Keeps a call the proxy could not capture (or serve) on the session's record."""
@@ -96,6 +114,9 @@ class Session:
             events = [dict(e) for e in self.events]
             requests = self.requests
             awaiting_engine = self.awaiting_engine
+            now = time.time()
+            calls = [list(c) for c in self.engine_calls] + [[t, now] for t in self._open_calls.values()]
+        nodes = [n.to_json() for n in self.graph.nodes]
         return {
             "key": self.key,
             "adapter": self.adapter,
@@ -108,9 +129,38 @@ class Session:
             "awaiting_engine": awaiting_engine,
             "failures": failures,
             "events": events,
-            "nodes": [n.to_json() for n in self.graph.nodes],
+            "first_request_t": self.first_request_t,
+            "engine_calls": calls,
+            "engine_wait_s": engine_wait_s(calls, nodes, failures),
+            "nodes": nodes,
             "sequences": self.graph.sequences(),
         }
+
+
+def engine_wait_s(
+    engine_calls: list[list[float]], nodes: list[dict[str, Any]], failures: list[dict[str, Any]]
+) -> float:
+    """Seconds the session spent waiting on the engine: the union of its engine calls' intervals.
+
+    A streamed call's ``engine_call`` ends at the reply's headers, while its tokens arrive until the graph node's
+    ``t_end`` (or the failure's ``t`` for a stream that broke), so those intervals join the union too. Calls the
+    request budget answered never reached the engine and add nothing.
+    """
+    spans = [(c[0], c[1]) for c in engine_calls]
+    spans += [(n["t_start"], n["t_end"]) for n in nodes if not n.get("budget_exhausted")]
+    spans += [(f["t_start"], f["t"]) for f in failures if "t_start" in f and "t" in f]
+    return union_seconds(spans)
+
+
+def union_seconds(spans: list[tuple[float, float]]) -> float:
+    """Total length of the union of ``[start, end]`` intervals (overlaps counted once)."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end <= reach:
+            continue
+        total += end - max(start, reach)
+        reach = end
+    return total
 
 
 class SessionStore:

@@ -32,6 +32,7 @@ from harness_rl.envs.task import Task, lay_out_workspace
 from harness_rl.envs.verify import verify
 from harness_rl.harnesses.base import Harness, HarnessOutcome
 from harness_rl.proxy.export import write_trace_jsonl
+from harness_rl.rollout.phases import rollout_phases
 from harness_rl.rollout.proxy_admin import ProxyAdmin
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,9 @@ class RolloutResult:
     #: The reward by component (correctness, efficiency, block_penalty, total); set with ``reward``.
     reward_parts: dict[str, float] | None = None
     end_reason: EndReason | None = None
+    #: Seconds by phase (sandbox_setup_s, harness_startup_s, generation_s, tools_s, verifier_s, total_s; see
+    #: rollout/phases.py).
+    phases: dict[str, float] | None = None
 
     def summary(self) -> dict[str, Any]:
         """A compact JSON record for ``rollouts.jsonl``."""
@@ -121,6 +125,7 @@ class RolloutResult:
             "requests": trace.get("requests"),
             "sequences": len(trace.get("sequences", [])),
             "seconds": round(self.seconds, 3),
+            "phases": self.phases,
             "rollout_dir": str(self.rollout_dir),
         }
 
@@ -214,6 +219,8 @@ def run_rollout(
 ) -> RolloutResult:
     """Run ``harness`` on ``task`` through the proxy and score it. Never raises for a failed rollout."""
     start = time.monotonic()
+    start_t = time.time()  # phases are on the wall clock the proxy stamps its calls with
+    harness_end_t: float | None = None
     rollout_dir.mkdir(parents=True, exist_ok=True)
     workspace = rollout_dir / "workspace"
     outcome: HarnessOutcome | None = None
@@ -242,6 +249,7 @@ def run_rollout(
             timeout_s=settings.timeout_s,
             rollout_dir=rollout_dir,
         )
+        harness_end_t = time.time()
     except Exception as err:  # a harness that cannot start is this rollout's failure, not the run's
         log.warning("rollout %s on %s failed to run: %s", rollout_dir.name, task.id, err)
         unscorable = f"harness failed: {err}"
@@ -269,7 +277,9 @@ def run_rollout(
             else "the harness made no engine call)"
         )
     score = None
+    verifier_s = 0.0
     if unscorable is None:
+        verifier_start = time.monotonic()
         # A task's own verifier limit wins over the run's default (its author knows how long its tests take).
         result = verify(
             task,
@@ -279,6 +289,7 @@ def run_rollout(
             rollout_dir=rollout_dir,
             tool_calls=count_tool_calls(trace) if trace else None,
         )
+        verifier_s = time.monotonic() - verifier_start
         if result.score is None:
             unscorable = f"verifier failed: {result.error}"
         score = result.score
@@ -294,4 +305,21 @@ def run_rollout(
         rollout_dir=rollout_dir,
         seconds=time.monotonic() - start,
         end_reason=end_reason(outcome, trace),
+        phases=rollout_phases(
+            start_t=start_t,
+            launch_t=harness_launch_t(outcome, harness_end_t),
+            harness_end_t=harness_end_t,
+            trace=trace,
+            verifier_s=verifier_s,
+            end_t=time.time(),
+        ).to_json(),
     )
+
+
+def harness_launch_t(outcome: HarnessOutcome | None, harness_end_t: float | None) -> float | None:
+    """When the harness process was launched: its own ``started_at``, else its end minus its run's seconds."""
+    if outcome is None or harness_end_t is None:
+        return None
+    if outcome.started_at is not None:
+        return outcome.started_at
+    return harness_end_t - outcome.seconds if outcome.seconds > 0 else None
