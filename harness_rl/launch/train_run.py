@@ -50,6 +50,7 @@ def _run(cfg: DictConfig, stack: ExitStack) -> float:
     from harness_rl.engine.adapters import AdapterRegistry
     from harness_rl.launch.placement import check_devices, describe, trainer_device
     from harness_rl.models.fetch import resolve_model_path
+    from harness_rl.rollout.phases import mean_phases
     from harness_rl.rollout.worker import RolloutWorker, group_metrics, pending_groups_bound
     from harness_rl.sandbox.local import LocalSandbox
     from harness_rl.tracking import build_metrics
@@ -165,6 +166,8 @@ def _run(cfg: DictConfig, stack: ExitStack) -> float:
             workers[name].cancel_stale(trainer.version - cfg.trainer.max_staleness)
             step_metrics["batch/stale_groups_cancelled"] = workers[name].stale_groups_cancelled
             step_metrics["time/wait_for_rollouts_s"] = wait_s
+            # Where the step's rollouts spent their time (rollout/phases.py): time/rollout_<phase> means.
+            step_metrics.update(mean_phases(r.phases for g in groups.consumed for r in g.rollouts))
             if step % cfg.trainer.checkpoint_every == 0 or step == cfg.trainer.max_steps:
                 step_metrics["checkpoint"] = str(trainer.checkpoint())
             metrics.log({f"{name}/{k}": v for k, v in step_metrics.items()} | {"harness": name}, step=step)
