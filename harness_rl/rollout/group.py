@@ -43,6 +43,11 @@ class ScoredGroup:
         return [r.reward for r in self.rollouts]
 
     @property
+    def has_reward_variance(self) -> bool:
+        """Whether the group's scorable rewards are not all equal (fewer than two scorable rollouts: no variance)."""
+        return len({r for r in self.rewards if r is not None}) > 1
+
+    @property
     def informative(self) -> bool:
         """Whether any advantage is non-zero: a group of equal rewards has no gradient."""
         return any(a for a in self.advantages if a is not None)
@@ -164,8 +169,13 @@ def score_group(
 
 
 def group_metrics(groups: list[ScoredGroup]) -> dict[str, Any]:
-    """Reward, pass rate, tool calls, tokens and failure counts over the groups of one step."""
+    """Reward, pass rate, tool calls, tokens, failure counts and reward variance over the groups of one step.
+
+    The launcher passes every group the step consumed, skipped (uninformative) ones included, so
+    ``batch/groups_with_variance_fraction`` is the share of scored groups GRPO could learn from at all.
+    """
     rollouts = [r for g in groups for r in g.rollouts]
+    with_variance = sum(g.has_reward_variance for g in groups)
     scored = [r for r in rollouts if r.reward is not None]
     solved = [r for r in scored if (r.score or 0) >= 1.0]
 
@@ -189,6 +199,8 @@ def group_metrics(groups: list[ScoredGroup]) -> dict[str, Any]:
             len(n["completion_token_ids"]) for r in rollouts for n in (r.trace or {}).get("nodes", [])
         ),
         "batch/informative_groups": sum(g.informative for g in groups),
+        "batch/groups_with_variance_fraction": with_variance / len(groups) if groups else 0.0,
+        "batch/groups_without_variance": len(groups) - with_variance,
         **safety_metrics(rollouts),
     }
 

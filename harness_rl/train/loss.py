@@ -38,6 +38,42 @@ def group_advantages(
     return [None if r is None else (0.0 if spread == 0 else (float(r) - mean) / scale) for r in rewards]
 
 
+def advantage_stats(advantages: Sequence[float]) -> dict[str, float]:
+    """``adv/*`` metrics of a step's trained samples (one advantage each; population std); zeros when empty.
+
+    ``zero_fraction`` counts samples that carry no gradient (the groups taken by the dynamic-sampling fallback).
+    """
+    values = [float(a) for a in advantages]
+    n = len(values)
+    if not n:
+        keys = ("mean", "std", "abs_mean", "min", "max", "positive_fraction", "zero_fraction")
+        return {f"adv/{key}": 0.0 for key in keys}
+    mean = sum(values) / n
+    return {
+        "adv/mean": mean,
+        "adv/std": math.sqrt(sum((a - mean) ** 2 for a in values) / n),
+        "adv/abs_mean": sum(abs(a) for a in values) / n,
+        "adv/min": min(values),
+        "adv/max": max(values),
+        "adv/positive_fraction": sum(a > 0 for a in values) / n,
+        "adv/zero_fraction": sum(a == 0 for a in values) / n,
+    }
+
+
+def check_advantage_sign(sign: float) -> float:
+    """``trainer.advantage_sign`` as a float, or ValueError unless it is +1 or -1.
+
+    The switch exists only for the negative control (-1 flips every advantage, so training should not improve);
+    any other value would silently rescale the learning rate.
+    """
+    if isinstance(sign, bool) or sign not in (1, -1):
+        raise ValueError(
+            f"trainer.advantage_sign must be 1 or -1 (-1 only for the negative control that flips every "
+            f"advantage), got {sign!r}"
+        )
+    return float(sign)
+
+
 def grpo_loss(
     new_logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -82,10 +118,11 @@ def grpo_loss(
         max_log_ratio: The ``|log r|`` above which a token is masked (> 0); None turns it off.
 
     Returns:
-        ``(loss, stats)`` with stats ``tokens``, ``ratio_mean``, ``approx_kl`` (``(r - 1) - log r``, k3),
-        ``clip_fraction``, ``clip_low_fraction``, ``clip_high_fraction`` (fraction of tokens whose gradient the
-        clip removed), ``dual_clip_fraction`` (tokens capped by the dual clip) and ``masked_fraction`` (tokens
-        masked by ``max_log_ratio``) as floats. Ratio, KL and clip statistics are over all tokens, masked or not.
+        ``(loss, stats)`` with stats ``tokens``, ``ratio_mean``, ``kl_behaviour_k1`` (``old - new``),
+        ``kl_behaviour_k3`` (``(r - 1) - log r``; also under its older name ``approx_kl``), ``clip_fraction``,
+        ``clip_low_fraction``, ``clip_high_fraction`` (fraction of tokens whose gradient the clip removed),
+        ``dual_clip_fraction`` (tokens capped by the dual clip) and ``masked_fraction`` (tokens masked by
+        ``max_log_ratio``) as floats. Ratio, KL and clip statistics are over all tokens, masked or not.
     """
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
@@ -138,10 +175,15 @@ def grpo_loss(
         low = (raw_ratio < 1 - clip_low) & (advantages < 0)
         high = (raw_ratio > 1 + clip_high) & (advantages > 0)
         denom = max(n, 1)
+        k3 = float(((raw_ratio - 1) - raw_log_ratio).sum() / denom)
         stats = {
             "tokens": float(n),
             "ratio_mean": float(raw_ratio.sum() / denom),
-            "approx_kl": float(((raw_ratio - 1) - raw_log_ratio).sum() / denom),
+            # KL(behaviour || current), the tokens being samples of the behaviour policy (Schulman's estimators): k1
+            # is unbiased but noisy and can go negative, k3 is unbiased and never negative.
+            "kl_behaviour_k1": float(-raw_log_ratio.sum() / denom),
+            "kl_behaviour_k3": k3,
+            "approx_kl": k3,
             "clip_fraction": float((low | high).sum() / denom),
             "clip_low_fraction": float(low.sum() / denom),
             "clip_high_fraction": float(high.sum() / denom),

@@ -8,6 +8,13 @@ trained tokens, so the gradient does not depend on how the step is split), takes
 the new adapter version to the engine under a fresh name (``<harness>-v<k>``) without pausing it. A step with
 nothing to train on takes no optimizer step and publishes nothing: versions count real updates.
 
+Each step's metrics carry the learning diagnostics: policy entropy at the trained positions, KL to the behaviour
+(sampling) policy, clip fractions, the gradient norm and advantage statistics (reward variance across groups is
+counted by :func:`harness_rl.rollout.group.group_metrics`, over every group the step consumed).
+
+``trainer.advantage_sign`` (-1 only for the negative control) is applied here, to every advantage the loss sees,
+and nowhere else: the groups keep their GRPO advantages as the rewards give them.
+
 Where it runs and in which precision is :mod:`harness_rl.train.placement`'s decision.
 """
 
@@ -24,7 +31,7 @@ from harness_rl.engine.adapters import AdapterRegistry
 from harness_rl.rollout.group import ScoredGroup
 from harness_rl.train.checkpoint import save_adapter_atomically, save_checkpoint
 from harness_rl.train.logprobs import packed_token_logprobs, padded_token_logprobs
-from harness_rl.train.loss import grpo_loss
+from harness_rl.train.loss import advantage_stats, check_advantage_sign, grpo_loss
 from harness_rl.train.packing import pad_samples
 from harness_rl.train.placement import TrainerPlacement, place_model, resolve_placement
 from harness_rl.train.step_plan import MicroBatch, StepAssembler, plan_step
@@ -32,8 +39,20 @@ from harness_rl.train.tree_attention import enable_tree_attention, tree_packing_
 
 log = logging.getLogger(__name__)
 
-_WEIGHTED_STATS = ("clip_fraction", "dual_clip_fraction", "masked_fraction", "approx_kl")
-"""Per-token loss statistics, averaged over the step's micro-batches weighted by their tokens."""
+_WEIGHTED_STATS = (
+    "clip_fraction",
+    "clip_low_fraction",
+    "clip_high_fraction",
+    "dual_clip_fraction",
+    "masked_fraction",
+    "kl_behaviour_k1",
+    "kl_behaviour_k3",
+    "approx_kl",
+    "entropy",
+)
+"""Per-token statistics (``train/*``), averaged over the step's micro-batches weighted by their trained tokens, so
+each is a mean over the step's trained tokens. ``entropy`` is the full-vocabulary entropy of the trainer's tempered
+distribution at each trained position, before the update; the rest are :func:`~harness_rl.train.loss.grpo_loss`'s."""
 
 
 class PolicyTrainer:
@@ -68,6 +87,8 @@ class PolicyTrainer:
 
         self.harness = harness
         self.cfg = trainer_cfg
+        # Checked before the weights load: a wrong value fails in a second.
+        self.advantage_sign = check_advantage_sign(trainer_cfg.get("advantage_sign", 1.0))
         self.registry = registry
         self.run_dir = Path(run_dir)
         self.version = 0
@@ -166,6 +187,7 @@ class PolicyTrainer:
         plan = plan_step(samples, token_budget=self.cfg.token_budget, packing=self.packing)
         trained_tokens = plan.trained_tokens
         ages = [self.version - s["policy_version"] for s in samples]
+        trained_samples = [s for mb in plan.micro_batches for s in mb.samples]
         metrics: dict[str, Any] = {
             "batch/groups_per_step": len(groups),
             "batch/samples_per_step": len(samples) - len(plan.over_budget),
@@ -175,10 +197,14 @@ class PolicyTrainer:
             "staleness/max": max(ages, default=0),
             "train/trained_tokens": trained_tokens,
             "train/empty_step": int(trained_tokens == 0),
+            "train/advantage_sign": self.advantage_sign,
+            **advantage_stats([s["advantage"] * self.advantage_sign for s in trained_samples]),
         }
         totals = dict.fromkeys(("loss", *_WEIGHTED_STATS), 0.0)
         if trained_tokens:
             totals, diffs = self.accumulate_gradients(plan.micro_batches, trained_tokens)
+            # The total norm BEFORE clipping (what clip_grad_norm_ returns): the update applied is at most
+            # max_grad_norm, so a logged norm far above it says how hard the clip is working.
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
             self.optimizer.step()
             metrics["train/grad_norm"] = float(grad_norm)
@@ -221,7 +247,7 @@ class PolicyTrainer:
         for batch in micro_batches:
             if not batch.trained_tokens:
                 continue
-            new, old, adv, seg = self._forward(batch)
+            new, entropy, old, adv, seg = self._forward(batch)
             loss, stats = grpo_loss(
                 new,
                 old,
@@ -234,6 +260,7 @@ class PolicyTrainer:
                 max_log_ratio=self.cfg.get("max_log_ratio"),
             )
             loss.backward()
+            stats["entropy"] = float(entropy.mean())
             totals["loss"] += float(loss.detach())
             weight = stats["tokens"] / trained_tokens
             for key in _WEIGHTED_STATS:
@@ -253,15 +280,17 @@ class PolicyTrainer:
     # -- helpers ----------------------------------------------------------------------------------------
 
     def _forward(self, batch: MicroBatch) -> tuple[torch.Tensor, ...]:
-        """Log-probs of a micro-batch's trained tokens, the matching old log-probs, advantages and sample indices."""
+        """Log-probs of a micro-batch's trained tokens and their (detached) entropies, from one forward; the matching
+        old log-probs, advantages (times ``trainer.advantage_sign``) and sample indices."""
         temperature = self.cfg.temperature
         if batch.row is not None:
             packed = batch.row.pack()
-            new = packed_token_logprobs(self.model, packed, temperature=temperature)
+            new, entropy = packed_token_logprobs(self.model, packed, temperature=temperature, with_entropy=True)
         else:
             packed = pad_samples(batch.samples, pad_token_id=self.pad_token_id)
-            new = padded_token_logprobs(self.model, packed, temperature=temperature)
-        return new, packed["old_log_probs"], packed["advantages"], packed["segment_id"]
+            new, entropy = padded_token_logprobs(self.model, packed, temperature=temperature, with_entropy=True)
+        advantages = packed["advantages"] * self.advantage_sign
+        return new, entropy, packed["old_log_probs"], advantages, packed["segment_id"]
 
 
 def _mean(values: list[float]) -> float:
