@@ -8,13 +8,21 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from harness_rl.analysis.axes import style_axes
+from harness_rl.analysis.plots import error_bars
 from harness_rl.eval.metrics import BASE
 
-PLOTS = {"pass_at_1.png": ("pass@1", "pass@1 (held-out tasks)"),
-         "tool_calls_solved.png": ("tool_calls_solved", "tool calls per solved task")}  # fmt: skip
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+PLOTS = {
+    "pass_at_1.png": ("pass@1", "pass@1 (held-out tasks)"),
+    "tool_calls_solved.png": ("tool_calls_solved", "tool calls per solved task"),
+}
 
 
 def _pct(value: float) -> str:
@@ -31,8 +39,18 @@ def _signed(value: float, scale: float = 1.0, digits: int = 1) -> str:
 
 def markdown_table(summary: pd.DataFrame) -> str:
     """The summary as a markdown table: harness x checkpoint, base row first, with the change against it."""
-    header = ["harness", "checkpoint", "pass@1 % (95% CI)", "Δ pass@1 (pts, 95% CI)", "tool calls / solved",
-              "Δ tool calls (both solved)", "tokens / rollout", "blocked", "unscorable", "rollouts"]  # fmt: skip
+    header = [
+        "harness",
+        "checkpoint",
+        "pass@1 % (95% CI)",
+        "Δ pass@1 (pts, 95% CI)",
+        "tool calls / solved",
+        "Δ tool calls (both solved)",
+        "tokens / rollout",
+        "blocked",
+        "unscorable",
+        "rollouts",
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in summary.to_dict("records"):
         base = row["checkpoint"] == BASE
@@ -40,19 +58,30 @@ def markdown_table(summary: pd.DataFrame) -> str:
         if base:
             delta = delta_calls = ""
         else:
-            delta = (f"{_signed(row.get('delta_pass@1', math.nan), 100)} "
-                     f"({_signed(row.get('delta_pass@1_lo', math.nan), 100)}, "
-                     f"{_signed(row.get('delta_pass@1_hi', math.nan), 100)})")  # fmt: skip
+            delta = (
+                f"{_signed(row.get('delta_pass@1', math.nan), 100)} "
+                f"({_signed(row.get('delta_pass@1_lo', math.nan), 100)}, "
+                f"{_signed(row.get('delta_pass@1_hi', math.nan), 100)})"
+            )
             both = row.get("tool_calls_common", math.nan) - row.get("base_tool_calls_common", math.nan)
             delta_calls = f"{_signed(both, digits=2)} (n={int(row.get('common_solved_tasks', 0) or 0)})"
-        cells = [row["harness"], row["checkpoint"], pass1, delta, _num(row["tool_calls_solved"], 2), delta_calls,
-                 _num(row["generated_tokens"], 0), str(int(row["blocked"])), str(int(row["unscorable"])),
-                 str(int(row["rollouts"]))]  # fmt: skip
+        cells = [
+            row["harness"],
+            row["checkpoint"],
+            pass1,
+            delta,
+            _num(row["tool_calls_solved"], 2),
+            delta_calls,
+            _num(row["generated_tokens"], 0),
+            str(int(row["blocked"])),
+            str(int(row["unscorable"])),
+            str(int(row["rollouts"])),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def plot_metric(summary: pd.DataFrame, column: str, title: str, path: Path) -> Path:
+def metric_figure(summary: pd.DataFrame, column: str, title: str) -> Figure:
     """One line per harness over checkpoint steps (the base model at step 0), with 95% CI error bars.
 
     Only adapters evaluated in their own harness are drawn (cross-harness rows are in the table).
@@ -65,18 +94,21 @@ def plot_metric(summary: pd.DataFrame, column: str, title: str, path: Path) -> P
     for harness, rows in native.groupby("harness", sort=True):
         rows = rows.sort_values("step")
         y = rows[column].astype(float)
-        lo, hi = rows.get(f"{column}_lo"), rows.get(f"{column}_hi")
-        yerr = None
-        if lo is not None and hi is not None:
-            yerr = [(y - lo.astype(float)).clip(lower=0).fillna(0), (hi.astype(float) - y).clip(lower=0).fillna(0)]
+        yerr = error_bars(y, rows.get(f"{column}_lo"), rows.get(f"{column}_hi"))
         ax.errorbar(rows["step"], y, yerr=yerr, marker="o", capsize=3, label=str(harness))
     ax.set_xlabel("checkpoint step (0 = base model)")
     ax.set_ylabel(title)
     ax.set_title(title)
     ax.grid(alpha=0.3)
+    style_axes(ax, column)  # pass@1 on a fixed 0-100% axis, whole-number checkpoint steps
     ax.legend(title="harness")
     fig.tight_layout()
-    fig.savefig(path)
+    return fig
+
+
+def plot_metric(summary: pd.DataFrame, column: str, title: str, path: Path) -> Path:
+    """``metric_figure`` written to ``path`` as PNG."""
+    metric_figure(summary, column, title).savefig(path)
     return path
 
 

@@ -4,6 +4,7 @@ summary.csv, PNG plots, and one tracking record per checkpoint step."""
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 from PIL import Image
 
 from harness_rl.eval.metrics import BASE, summarize
@@ -60,3 +61,20 @@ def test_step_records_key_native_and_cross_harness_rows():
     assert records[0]["eval/pi/pass@1"] == 0.25
     assert records[2]["eval/pi/pass@1"] == 0.75
     assert "eval/pi/from_hermes/pass@1" in records[2]
+
+
+def test_pass_at_1_plot_has_a_fixed_percent_axis_and_integer_steps():
+    # The bug this guards: a pass@1 near 0 was drawn on a -0.04..0.04 axis with steps ticked every 0.25.
+    from matplotlib.ticker import MaxNLocator, PercentFormatter
+
+    from harness_rl.analysis.axes import RATE_LIMITS
+    from harness_rl.eval.report import metric_figure
+
+    flat = results().assign(solved=False)
+    (ax,) = metric_figure(summarize(flat), "pass@1", "pass@1").axes
+    assert ax.get_ylim() == pytest.approx(RATE_LIMITS)
+    assert isinstance(ax.yaxis.get_major_formatter(), PercentFormatter)
+    assert isinstance(ax.xaxis.get_major_locator(), MaxNLocator)
+    assert all(float(t).is_integer() for t in ax.get_xticks())
+    (calls,) = metric_figure(summarize(results()), "tool_calls_solved", "tool calls").axes
+    assert not isinstance(calls.yaxis.get_major_formatter(), PercentFormatter)  # a count, not a rate
