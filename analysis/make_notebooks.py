@@ -37,9 +37,18 @@ table = curves[curves["metric"].isin(TRAINING_METRICS)].pivot_table(
     index=["harness", "step"], columns="metric", values="value"
 )
 table""",
-        """# Trainer health: loss, KL, clip fraction, gradient norm, engine/trainer log-prob agreement.
-HEALTH = ["train/loss", "train/approx_kl", "train/clip_fraction", "train/grad_norm"]
-plot_training_curves(curves, [*HEALTH, "train/onpolicy_logprob_absdiff_max", "time/train_step_s"])""",
+        """# Learning diagnostics: entropy at the sampled positions, KL to the behaviour policy (k1, k3 from the
+# captured log-probs), clip fraction, gradient norm, advantage statistics (adv/*), the fraction of groups with
+# reward variance, and per-phase rollout seconds (time/rollout_*_s). A panel says "not logged" when the run
+# did not log that metric (an older run).
+from harness_rl.analysis.plots import LEARNING_DIAGNOSTICS, expand_metrics
+
+print(expand_metrics(curves, LEARNING_DIAGNOSTICS))
+plot_training_curves(curves, LEARNING_DIAGNOSTICS)""",
+        """# Trainer health: loss, clip fraction, gradient norm, engine/trainer log-prob agreement, step time.
+HEALTH = ["train/loss", "train/clip_fraction", "train/grad_norm", "train/onpolicy_logprob_absdiff_max",
+          "time/train_step_s", "time/wait_for_rollouts_s"]
+plot_training_curves(curves, HEALTH)""",
     ],
     "evaluation.ipynb": [
         "# Evaluation over checkpoints\nThe table `python eval.py run=...` wrote (harness x checkpoint, base "
@@ -50,6 +59,11 @@ plot_training_curves(curves, [*HEALTH, "train/onpolicy_logprob_absdiff_max", "ti
 if run.eval_summary.empty:
     raise RuntimeError(f"no evaluation in {run.path}: run  python eval.py run={run.path}")
 display(Markdown((run.path / "eval" / "table.md").read_text()))""",
+        """# Learning curve: training reward per step beside held-out pass@1 per checkpoint (95% bootstrap CI).
+# For several runs (seeds, a negative control):  python -m harness_rl.analysis.report RUN [RUN ...] --out DIR
+from harness_rl.analysis.learning import learning_curve_figure, read_run
+
+learning_curve_figure([read_run(run.path)])""",
         """from harness_rl.analysis.plots import plot_eval_rows
 
 plot_eval_rows(run.eval_summary, "pass@1")""",
@@ -114,6 +128,12 @@ ax1.set_title("device-hours")
 ax2.bar(cost["what"], cost["sampled_tokens"])
 ax2.set_title("tokens sampled")
 fig""",
+        """# Where a step's time goes, per harness: rollout phases (time/rollout_*_s, where logged), waiting for
+# rollouts, the optimizer step and publishing the adapter (seconds per step).
+from harness_rl.analysis.plots import plot_training_curves
+
+plot_training_curves(run.curves, ["time/rollout_*_s", "time/wait_for_rollouts_s", "time/train_step_s",
+                                  "time/publish_s"])""",
     ],
 }
 
@@ -122,6 +142,8 @@ def build(name: str, cells: list[str]) -> nbformat.NotebookNode:
     notebook = new_notebook()
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     notebook.cells = [new_markdown_cell(cells[0]), *(new_code_cell(source) for source in cells[1:])]
+    for index, cell in enumerate(notebook.cells):
+        cell.id = f"cell-{index}"  # stable ids: regenerating a notebook changes only the cells that changed
     return notebook
 
 

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import nbformat
+import pandas as pd
 import pytest
 
 from harness_rl.analysis import load_run, run_dir_from_env, trace_turns
@@ -102,3 +103,66 @@ def test_a_session_without_engine_calls_has_an_empty_turn_table():
     turns = trace_turns({"nodes": []})
     assert turns.empty and "blocked" in turns.columns
     assert plot_session(turns).axes
+
+
+@pytest.mark.parametrize("name", ["training_curves.ipynb", "cost.ipynb"])
+def test_training_notebooks_run_on_a_run_with_and_without_diagnostics(tmp_path, monkeypatch, name):
+    from nbclient import NotebookClient
+
+    run = make_run(tmp_path)
+    metrics = run / "metrics.jsonl"
+    text = metrics.read_text()
+    step = {
+        "step": 3,
+        "time": 6400.0,
+        "harness": "pi",
+        "pi/reward/mean": 0.3,
+        "pi/train/entropy": 1.5,
+        "pi/adv/mean": 0.0,
+        "pi/train/clip_fraction": 0.1,
+        "pi/time/rollout_generation_s": 4.0,
+    }
+    metrics.write_text(text[: text.rfind("\n") + 1] + json.dumps(step) + "\n")  # diagnostics at step 3 only
+    monkeypatch.setenv("HARNESS_RL_RUN", str(run))
+    notebook = nbformat.read(ROOT / "analysis" / name, as_version=4)
+    NotebookClient(notebook, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors
+    images = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
+    assert images  # the figures were drawn
+
+
+def test_evaluation_notebook_runs_and_draws_the_learning_curve(tmp_path, monkeypatch):
+    from nbclient import NotebookClient
+
+    from harness_rl.eval.metrics import summarize
+    from harness_rl.eval.report import write_report
+
+    run = make_run(tmp_path)
+    records = [
+        {
+            "checkpoint": "base" if step == 0 else f"pi/step_{step}",
+            "trained_harness": None if step == 0 else "pi",
+            "step": step,
+            "harness": "pi",
+            "task_id": f"t{i}",
+            "sample": 0,
+            "solved": i < step + 1,
+            "unscorable": None,
+            "tool_calls": 3,
+            "generated_tokens": 100,
+            "blocked": 0,
+            "seconds": 2.0,
+            "time": 9000.0 + 10 * i,
+        }
+        for step in (0, 1, 2)
+        for i in range(4)
+    ]
+    (run / "eval").mkdir()
+    (run / "eval" / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    write_report(summarize(pd.DataFrame(records)), run / "eval")
+    monkeypatch.setenv("HARNESS_RL_RUN", str(run))
+    notebook = nbformat.read(ROOT / "analysis" / "evaluation.ipynb", as_version=4)
+    NotebookClient(notebook, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    curve = next(c for c in notebook.cells if "learning_curve_figure" in c.source)
+    assert any("image/png" in o.get("data", {}) for o in curve.outputs)
