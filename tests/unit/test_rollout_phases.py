@@ -3,6 +3,8 @@ set-up, harness start-up, generation, tools, verifier), and a training step logs
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 
@@ -146,3 +148,26 @@ def test_mean_phases_over_a_steps_rollouts():
     means = mean_phases(rows)
     assert means["time/rollout_generation_s"] == 2.0 and len(means) == len(PHASES)
     assert mean_phases([None]) == {}
+
+
+def test_the_benchmark_reads_a_runs_phases_and_rebuilds_old_records(tmp_path):
+    """``benchmarks.rollout_phases --run``: records with phases are taken as they are; a rollout recorded before
+    phase timing is rebuilt from its folder (launch = trace time minus the harness's seconds)."""
+    from benchmarks.rollout_phases import run_phases, summarize
+
+    old = tmp_path / "rollouts" / "r0"
+    (old / "verifier").mkdir(parents=True)
+    (old / "outcome.json").write_text('{"seconds": 10.0}')
+    (old / "trace.jsonl").write_text('{"type":"session"}\n{"type":"node","t_start":103.0,"t_end":107.0}\n')
+    (old / "verifier" / "output.log").write_text("")
+    os.utime(old / "trace.jsonl", (110.0, 110.0))
+    os.utime(old / "verifier" / "output.log", (110.5, 110.5))
+    new = dict.fromkeys(PHASES, 2.0)
+    (tmp_path / "rollouts.jsonl").write_text(
+        json.dumps({"phases": new, "rollout_dir": "x"}) + "\n" + json.dumps({"rollout_dir": str(old)}) + "\n"
+    )
+    rows, rebuilt = run_phases(tmp_path)
+    assert rebuilt == 1 and rows[0] == new
+    assert rows[1]["harness_startup_s"] == pytest.approx(3.0) and rows[1]["generation_s"] == pytest.approx(4.0)
+    assert rows[1]["tools_s"] == pytest.approx(3.0) and rows[1]["verifier_s"] == pytest.approx(0.5)
+    assert summarize(rows)["generation_s"] == (pytest.approx(3.0), pytest.approx(3.0))
