@@ -81,6 +81,13 @@ def validate_packing(cfg: DictConfig) -> None:
         raise ConfigError(f"trainer.packing={cfg.trainer.packing!r}: use auto, tree or padded")
 
 
+def validate_advantage_sign(cfg: DictConfig) -> None:
+    # Fails before any engine starts; the trainer checks the same (train/loss.py check_advantage_sign).
+    sign = cfg.trainer.advantage_sign
+    if isinstance(sign, bool) or sign not in (1, -1):
+        raise ConfigError(f"trainer.advantage_sign must be 1 or -1 (-1 only for the negative control), got {sign!r}")
+
+
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
@@ -190,6 +197,7 @@ RULES: tuple[Callable[[DictConfig], None], ...] = (
     validate_group_fits_sessions,
     validate_sampling_policy,
     validate_packing,
+    validate_advantage_sign,
     validate_devices,
     validate_placement_shape,
     validate_placement_fits,

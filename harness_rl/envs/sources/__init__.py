@@ -16,6 +16,7 @@ from harness_rl.envs.spec import TaskSpec
 #: Source name -> "module:Class" of its builder.
 BUILDERS: dict[str, str] = {
     "smoke": "harness_rl.envs.sources.smoke:SmokeBuilder",
+    "file_write": "harness_rl.envs.sources.file_write:FileWriteBuilder",
     "data": "harness_rl.envs.sources.data_analysis:DataAnalysisBuilder",
     "repo": "harness_rl.envs.sources.repo:RepoBuilder",
     "synthetic": "harness_rl.envs.sources.synthetic:SyntheticBuilder",
