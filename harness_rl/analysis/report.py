@@ -10,6 +10,9 @@ Each RUN is a training run folder (``config.yaml``, ``metrics.jsonl``; ``eval/su
   reproduced, never typed);
 - ``results.csv``: the same rows, rates as fractions (as in ``eval/summary.csv``), times in seconds.
 
+``--readme FILE`` also puts the table and the figure into FILE, between the lines ``<!-- report:begin -->`` and
+``<!-- report:end -->`` (an experiment's README keeps its prose; its numbers come from here).
+
 A run without an evaluation is reported with its training curve only, and its row says how to evaluate it.
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -92,13 +96,47 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(runs: Sequence[str | Path], out_dir: Path, *, command: str | None = None) -> dict[str, Path]:
+BEGIN, END = "<!-- report:begin -->", "<!-- report:end -->"
+
+
+def report_text(rows: Sequence[dict[str, Any]], figure: str, command: str) -> str:
+    """The table, what its numbers mean, the figure (``figure``: its path relative to the text) and the command."""
+    return (
+        markdown_table(rows)
+        + "\nRates in percent of held-out tasks (pass@1 averaged over samples per task); Δ is final checkpoint minus"
+        " base in points, its 95% interval a percentile bootstrap over tasks (eval/summary.csv). Train wall time:"
+        " from the run's start to its last optimizer step.\n"
+        + f"\n![learning curve]({figure})\n"
+        + f"\nProduced by: `{command}`\n"
+    )
+
+
+def update_readme(readme: Path, text: str) -> None:
+    """Replace what lies between the report markers of ``readme`` by ``text`` (written atomically).
+
+    Raises:
+        ValueError: The file lacks one of the markers, or has them out of order.
+    """
+    content = readme.read_text(encoding="utf-8")
+    start, end = content.find(BEGIN), content.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"{readme}: needs a line {BEGIN} followed by a line {END} where the report goes")
+    updated = content[: start + len(BEGIN)] + "\n" + text + content[end:]
+    tmp = readme.with_name(readme.name + ".tmp")
+    tmp.write_text(updated, encoding="utf-8")
+    os.replace(tmp, readme)
+
+
+def write_report(
+    runs: Sequence[str | Path], out_dir: Path, *, command: str | None = None, readme: Path | None = None
+) -> dict[str, Path]:
     """Write ``learning_curve.png``, ``results.md`` and ``results.csv`` for ``runs`` into ``out_dir``.
 
     Args:
         runs: Training run folders.
         out_dir: Created when missing.
         command: The command line named under the table (the CLI passes its own).
+        readme: A markdown file whose report block (between the markers) gets the table and figure too.
 
     Returns:
         The written paths by file name.
@@ -110,16 +148,12 @@ def write_report(runs: Sequence[str | Path], out_dir: Path, *, command: str | No
     paths = {name: out_dir / name for name in ("learning_curve.png", "results.md", "results.csv")}
     learning_curve_figure(data).savefig(paths["learning_curve.png"])
     command = command or " ".join([COMMAND, *(shlex.quote(str(r)) for r in runs), "--out", shlex.quote(str(out_dir))])
-    text = (
-        markdown_table(rows)
-        + "\nRates in percent of held-out tasks (pass@1 averaged over samples per task); Δ is final checkpoint minus"
-        " base in points, its 95% interval a percentile bootstrap over tasks (eval/summary.csv). Train wall time:"
-        " from the run's start to its last optimizer step.\n"
-        + "\n![learning curve](learning_curve.png)\n"
-        + f"\nProduced by: `{command}`\n"
-    )
-    paths["results.md"].write_text(text, encoding="utf-8")
+    paths["results.md"].write_text(report_text(rows, "learning_curve.png", command), encoding="utf-8")
     pd.DataFrame(rows).to_csv(paths["results.csv"], index=False)
+    if readme is not None:
+        figure = os.path.relpath(paths["learning_curve.png"], Path(readme).resolve().parent)
+        update_readme(Path(readme), report_text(rows, Path(figure).as_posix(), command))
+        paths["readme"] = Path(readme)
     return paths
 
 
@@ -132,11 +166,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("runs", nargs="+", metavar="RUN", help="training run folder (has config.yaml)")
     parser.add_argument("--out", required=True, type=Path, help="folder for learning_curve.png, results.md/.csv")
+    parser.add_argument("--readme", type=Path, help=f"also put the report between {BEGIN} and {END} in this file")
     args = parser.parse_args(argv)
     command = " ".join([COMMAND, *(shlex.quote(a) for a in argv)])
     try:
-        paths = write_report(args.runs, args.out, command=command)
-    except FileNotFoundError as exc:
+        paths = write_report(args.runs, args.out.resolve(), command=command, readme=args.readme)
+    except (FileNotFoundError, ValueError) as exc:
         parser.error(str(exc))
     for path in paths.values():
         print("wrote", path)

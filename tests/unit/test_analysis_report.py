@@ -170,3 +170,28 @@ def test_a_folder_that_is_no_run_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(tmp_path), "--out", str(tmp_path / "out")])
     assert "no config.yaml" in capsys.readouterr().err
+
+
+def test_readme_block_is_replaced_and_the_prose_kept(runs, tmp_path, capsys):
+    learner, _ = runs
+    readme = tmp_path / "experiment" / "README.md"
+    readme.parent.mkdir()
+    readme.write_text(
+        "# Experiment\n\nProse.\n\n<!-- report:begin -->\nold table\n<!-- report:end -->\n\nMore prose.\n"
+    )
+    out = tmp_path / "experiment" / "results"
+    assert main([str(learner), "--out", str(out), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert text.startswith("# Experiment\n\nProse.\n") and text.endswith("<!-- report:end -->\n\nMore prose.\n")
+    assert "old table" not in text and "+20.0 [+10.0, +30.0]" in text
+    assert "![learning curve](results/learning_curve.png)" in text  # relative to the README
+    assert main([str(learner), "--out", str(out), "--readme", str(readme)]) == 0
+    assert readme.read_text() == text  # idempotent
+
+
+def test_readme_without_markers_is_a_clear_error(runs, tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text("# no markers\n")
+    with pytest.raises(SystemExit):
+        main([str(runs[0]), "--out", str(tmp_path / "out"), "--readme", str(readme)])
+    assert "<!-- report:begin -->" in capsys.readouterr().err and readme.read_text() == "# no markers\n"
