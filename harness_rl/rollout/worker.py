@@ -149,7 +149,8 @@ class RolloutWorker:
             slots full cancels the groups pinning retired versions.
         settings: Per-session limits and sampling policy.
         num_generations: Rollouts per group.
-        max_sessions: Harness sessions in flight at once (whole groups only).
+        max_sessions: Harness sessions running at once. One group more than fit is launched, its rollouts queued
+            for session slots, so that a slot freed by a finished rollout is taken by the next group at once.
         run_dir: Rollouts go to ``run_dir/rollouts/<harness>/g<group>/r<i>``.
         reward_fn: ``(scores, tool_calls) -> rewards`` replacing the standard reward (correctness plus
             ``settings.efficiency_bonus``, minus ``settings.block_penalty`` per blocked call).
@@ -186,9 +187,14 @@ class RolloutWorker:
         self.registry = registry
         self.settings = settings
         self.num_generations = num_generations
-        self.max_groups = max(1, max_sessions // num_generations)
+        self.max_sessions = max(max_sessions, num_generations)
+        # One group more than the sessions hold: its rollouts wait in the session pool and start one by one as
+        # the groups ahead finish theirs. Without it a session slot idles from the moment its rollout ends until
+        # the group's slowest one does, and on CPU every harness of a group started at once, while the engine
+        # sat idle (measured: ~28 s of mini-swe-agent start-up, then ~55 s of generation, per group of 8).
+        self.max_groups = max(1, max_sessions // num_generations) + 1
         if max_pending_groups is None:
-            max_pending_groups = DEFAULT_PENDING_PER_GROUP * self.max_groups
+            max_pending_groups = DEFAULT_PENDING_PER_GROUP * max(1, max_sessions // num_generations)
         if max_pending_groups < 1:
             raise ValueError(f"max_pending_groups must be >= 1, got {max_pending_groups}")
         self.max_pending_groups = max_pending_groups
@@ -206,7 +212,7 @@ class RolloutWorker:
         self._runs: dict[int, _GroupRun] = {}  # groups in flight that pinned their adapter
         self._in_flight = 0  # groups launched and not yet queued or discarded
         self._lock = threading.Lock()
-        self._sessions = ThreadPoolExecutor(self.max_groups * num_generations, thread_name_prefix="rollout")
+        self._sessions = ThreadPoolExecutor(self.max_sessions, thread_name_prefix="rollout")  # sessions at once
         self._groups = ThreadPoolExecutor(self.max_groups, thread_name_prefix="group")
         self._thread = threading.Thread(target=self._loop, name=f"worker-{harness.name}", daemon=True)
         self.errors: list[BaseException] = []

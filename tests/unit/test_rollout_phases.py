@@ -99,8 +99,13 @@ def test_overlapping_calls_count_once(stack, tmp_path):
     engine, admin = stack
     engine.reset(reply_delay_s=DELAY_S)
     result = rollout(admin, SlowHarness(calls=1, parallel=3), tmp_path)
-    assert len(result.trace["engine_calls"]) == 3
-    assert DELAY_S <= result.phases["generation_s"] < 2 * DELAY_S
+    calls = sorted(result.trace["engine_calls"])
+    assert len(calls) == 3
+    # Not a timing bound (a loaded machine may stagger the calls): the phase is the union of the recorded
+    # intervals, which is less than their sum whenever they overlap, as three calls sent at once do.
+    assert calls[1][0] < calls[0][1], f"the harness's parallel calls did not overlap: {calls}"
+    assert result.phases["generation_s"] >= DELAY_S
+    assert result.phases["generation_s"] < sum(end - start for start, end in calls) - 1e-3
 
 
 def test_union_seconds_merges_overlaps():

@@ -1,13 +1,13 @@
 """The file-write family: "Create a file named F that contains the word W." with hundreds of distinct instances.
 
 The smoke source has 16 fixed tasks, too few to measure held-out learning with a confidence interval. This
-family draws many instances of the same kind of task (what SmolLM2-135M solves 10-20% of the time in one step
+family draws many instances of the same kind of task (what SmolLM2-135M solves 10-30% of the time in one step
 of mini-swe-agent's text mode, so GRPO groups have reward variance and there is room to improve) and splits
 them so that no held-out task shares its word or its file name with a training task:
 
 - each word of ``data/file_write_words.txt`` is in exactly one split, chosen by a hash of the word (stable
   across seeds and machines), ``heldout_fraction`` of them held out;
-- file names are built from two disjoint sets of stems (``TRAIN_STEMS``, ``HELDOUT_STEMS``) and an extension.
+- file names are built from two disjoint sets of stems (``TRAIN_STEMS``, ``HELDOUT_STEMS``) and ``.txt``.
 
 A task's dedup group is its word, so ``check_splits_disjoint`` guards the split like any other source's.
 The verifier and oracle are the smoke tasks' (``file_contains``, whole word, any case).
@@ -29,7 +29,10 @@ WORDS_PATH = Path(__file__).resolve().parent.parent / "data" / "file_write_words
 #: File-name stems of each split (disjoint, so a held-out task's file name was never seen in training).
 TRAIN_STEMS = ("notes", "out", "data", "word", "result", "answer", "output", "memo", "draft", "entry")
 HELDOUT_STEMS = ("record", "report", "message", "text", "page", "item", "list", "log", "hello", "file")
-EXTENSIONS = (".txt", ".md", ".log")
+#: Only .txt, like the harness prompt's one-shot example: with .md and .log names the base model solved 9% of
+#: sampled replies against 35% with .txt (direct engine probe, 96 samples at temperature 0.8), too few groups
+#: with reward variance for a dozen GRPO steps.
+EXTENSIONS = (".txt",)
 
 
 def read_words(path: Path = WORDS_PATH) -> list[str]:
