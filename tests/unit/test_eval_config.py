@@ -66,3 +66,13 @@ def test_invalid_eval_options_name_the_key(tmp_path):
         validate_eval(apply_run_config(composed(overrides), run, overrides))
     with pytest.raises(FileNotFoundError, match="run= must name"):
         load_run_config(tmp_path / "missing")
+
+
+def test_an_experiments_eval_section_is_used_and_the_command_line_wins(tmp_path):
+    run = run_config(tmp_path)
+    run.eval = OmegaConf.create({"split": "heldout", "max_tasks": 40, "samples": 2, "temperature": 0.8})
+    overrides = [f"run={tmp_path}", "eval.samples=4"]
+    cfg = apply_run_config(composed(overrides), run, overrides)
+    assert cfg.eval.max_tasks == 40 and cfg.eval.temperature == 0.8  # the run's own evaluation settings
+    assert cfg.eval.samples == 4  # the command line over the run's 2
+    assert cfg.eval.max_sessions == 4  # a key the run left at its default
