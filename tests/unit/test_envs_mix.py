@@ -95,7 +95,8 @@ def test_config_composes_into_a_sampler_of_the_split(tmp_path):
 
     cfg = compose_config([f"paths.tasks_cache_dir={tmp_path}", "tasks.efficiency_bonus=0.05"])
     sampler = build_task_sampler(cfg, seed=0)
-    assert len(sampler.tasks) == 12 and {t.split for t in sampler.tasks} == {"train"}
+    # The default mix is the file-write family: every training task of it, none held out.
+    assert len(sampler.tasks) == 163 and {t.split for t in sampler.tasks} == {"train"}
     assert all(t.task_dir is not None and t.task_dir.is_relative_to(tmp_path) for t in sampler.tasks)
     assert rollout_settings(cfg).efficiency_bonus == 0.05
     held = compose_config([f"paths.tasks_cache_dir={tmp_path}", "tasks.split=heldout"])
