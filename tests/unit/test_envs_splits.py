@@ -16,6 +16,7 @@ from harness_rl.envs.splits import SplitLeakError, check_splits_disjoint
 #: unit test; each source's owner tunes its entry.
 SOURCES = {
     "smoke": {"n": None, "options": {}},
+    "file_write": {"n": None, "options": {}},
     "data": {"n": 24, "options": {}},
     # Two of the ten projects (30 candidate tasks): the full selection runs every mutant's tests.
     "repo": {"n": 6, "options": {"projects": ("inflection", "webcolors"), "n_tasks": 12, "n_heldout": 4}},
