@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+
+from harness_rl.proxy.fake_engine import FakeEngine
+from harness_rl.proxy.server import ProxyServer, UvicornThread
+from harness_rl.rollout.proxy_admin import ProxyAdmin
 
 
 def new_session(admin: httpx.Client, **spec: Any) -> str:
@@ -126,3 +132,16 @@ class _TeeStream(httpx.AsyncByteStream):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+@contextmanager
+def fake_engine_behind_proxy(admin_token: str = "test-admin-token") -> Iterator[tuple[FakeEngine, ProxyAdmin]]:
+    """A scripted FakeEngine served over HTTP with a real capture proxy in front: ``(engine, admin client)``."""
+    engine = FakeEngine()
+    with UvicornThread(engine.app) as engine_server:
+        with ProxyServer(engine_server.url, admin_token, base_model="base") as server:
+            admin = ProxyAdmin(server.url, admin_token)
+            try:
+                yield engine, admin
+            finally:
+                admin.close()

@@ -17,11 +17,10 @@ from harness_rl.envs.smoke import smoke_task
 from harness_rl.envs.task import Task
 from harness_rl.harnesses.base import HarnessOutcome
 from harness_rl.proxy.export import read_trace_jsonl
-from harness_rl.proxy.fake_engine import FakeEngine, Reply
-from harness_rl.proxy.server import ProxyServer, UvicornThread
-from harness_rl.rollout.proxy_admin import ProxyAdmin
+from harness_rl.proxy.fake_engine import Reply
 from harness_rl.rollout.session import RolloutSettings, count_tool_calls, run_rollout
 from harness_rl.rollout.worker import score_group
+from tests.proxy_helpers import fake_engine_behind_proxy
 
 ADMIN = "test-admin-token"
 SETTINGS = RolloutSettings(
@@ -57,12 +56,8 @@ class ScriptedHarness:
 
 @pytest.fixture(scope="module")
 def proxy():
-    engine = FakeEngine()
-    with UvicornThread(engine.app) as engine_server:
-        with ProxyServer(engine_server.url, ADMIN, base_model="base") as server:
-            admin = ProxyAdmin(server.url, ADMIN)
-            yield engine, admin
-            admin.close()
+    with fake_engine_behind_proxy(ADMIN) as stack:
+        yield stack
 
 
 def _rollout(proxy, tmp_path, harness, task, replies):

@@ -13,12 +13,11 @@ import pytest
 
 from harness_rl.envs.smoke import smoke_task
 from harness_rl.harnesses.base import HarnessOutcome
-from harness_rl.proxy.fake_engine import FakeEngine, Reply
-from harness_rl.proxy.server import ProxyServer, UvicornThread
+from harness_rl.proxy.fake_engine import Reply
 from harness_rl.proxy.sessions import SessionStore, engine_wait_s, union_seconds
 from harness_rl.rollout.phases import PHASES, mean_phases, rollout_phases
-from harness_rl.rollout.proxy_admin import ProxyAdmin
 from harness_rl.rollout.session import RolloutSettings, run_rollout
+from tests.proxy_helpers import fake_engine_behind_proxy
 
 ADMIN = "test-admin-token"
 SETTINGS = RolloutSettings(
@@ -64,12 +63,8 @@ class SlowHarness:
 
 @pytest.fixture(scope="module")
 def stack():
-    engine = FakeEngine()
-    with UvicornThread(engine.app) as engine_server:
-        with ProxyServer(engine_server.url, ADMIN, base_model="base") as server:
-            admin = ProxyAdmin(server.url, ADMIN)
-            yield engine, admin
-            admin.close()
+    with fake_engine_behind_proxy(ADMIN) as stack:
+        yield stack
 
 
 def rollout(admin, harness, tmp_path):

@@ -12,10 +12,10 @@ import pytest
 
 from harness_rl.envs.smoke import smoke_task
 from harness_rl.harnesses.base import HarnessOutcome
-from harness_rl.proxy.fake_engine import FakeEngine, Reply, render_prompt
-from harness_rl.proxy.server import ProxyServer, UvicornThread
+from harness_rl.proxy.fake_engine import Reply, render_prompt
 from harness_rl.rollout.proxy_admin import ProxyAdmin
 from harness_rl.rollout.session import RolloutSettings, run_rollout
+from tests.proxy_helpers import fake_engine_behind_proxy
 
 ADMIN = "test-admin-token"
 SETTINGS = RolloutSettings(
@@ -100,12 +100,8 @@ class KilledWhileWaitingHarness:
 
 @pytest.fixture(scope="module")
 def stack():
-    engine = FakeEngine()
-    with UvicornThread(engine.app) as engine_server:
-        with ProxyServer(engine_server.url, ADMIN, base_model="base") as server:
-            admin = ProxyAdmin(server.url, ADMIN)
-            yield engine, admin
-            admin.close()
+    with fake_engine_behind_proxy(ADMIN) as stack:
+        yield stack
 
 
 def rollout(stack, tmp_path, harness):
