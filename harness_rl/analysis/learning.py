@@ -35,6 +35,8 @@ from harness_rl.analysis.timing import eval_wall_s, train_times
 TRAIN_REWARD = "reward/mean"
 #: The held-out metric of the right panel (a column of ``eval/summary.csv``, with ``_lo``/``_hi``).
 HELD_OUT = "pass@1"
+#: Logged when a trainer stops early (trainer.stop_after_uninformative_groups): groups in a row with equal rewards.
+STOPPED = "stopped/uninformative_groups"
 #: The label of the base model's rows in ``eval/summary.csv``.
 BASE = "base"
 
@@ -135,6 +137,10 @@ def result_rows(run: RunData) -> list[dict[str, Any]]:
         notes = []
         if reward.empty:
             notes.append("no optimizer step logged yet (metrics.jsonl)")
+        stopped = run.curves[(run.curves["harness"] == harness) & (run.curves["metric"] == STOPPED)]
+        if len(stopped):
+            last, streak = int(stopped["step"].max()), int(stopped["value"].max())
+            notes.append(f"stopped after step {last}: {streak} groups in a row without reward variance")
         if run.summary.empty:
             notes.append(f"not evaluated: no eval/summary.csv; run  python eval.py run={run.path}")
         else:

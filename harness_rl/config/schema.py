@@ -93,6 +93,7 @@ class TrainerConfig:
     advantage_sign: float = 1.0
     max_steps: int = 200
     checkpoint_every: int = 10
+    stop_after_uninformative_groups: int = 0
     packing: str = "auto"
     train_dtype: str = "float32"
     device: str = "auto"

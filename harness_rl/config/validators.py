@@ -88,6 +88,14 @@ def validate_advantage_sign(cfg: DictConfig) -> None:
         raise ConfigError(f"trainer.advantage_sign must be 1 or -1 (-1 only for the negative control), got {sign!r}")
 
 
+def validate_stop_rule(cfg: DictConfig) -> None:
+    limit = cfg.trainer.stop_after_uninformative_groups
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ConfigError(
+            f"trainer.stop_after_uninformative_groups must be a whole number >= 0 (0 = never stop), got {limit!r}"
+        )
+
+
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
@@ -198,6 +206,7 @@ RULES: tuple[Callable[[DictConfig], None], ...] = (
     validate_sampling_policy,
     validate_packing,
     validate_advantage_sign,
+    validate_stop_rule,
     validate_devices,
     validate_placement_shape,
     validate_placement_fits,

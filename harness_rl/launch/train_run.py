@@ -145,13 +145,20 @@ def _run(cfg: DictConfig, stack: ExitStack) -> float:
 
     # One assembler per trainer, kept across steps: a group that did not fit one step opens the next.
     assemblers = {name: trainer.assembler() for name, trainer in trainers.items()}
+    stall_limit = cfg.trainer.stop_after_uninformative_groups
+    active = dict(trainers)
     last_reward = 0.0
     for step in range(1, cfg.trainer.max_steps + 1):
         # One harness after another: on one node the trainers share the CPU/GPU (a cluster launcher
         # would give each harness's trainer its own job, and this loop a single entry).
-        for name, trainer in trainers.items():
+        for name, trainer in list(active.items()):
             t0 = time.perf_counter()
-            groups = collect_groups(workers[name], assemblers[name], progress, name)
+            groups = collect_groups(workers[name], assemblers[name], progress, name, stall_limit=stall_limit)
+            if groups is None:
+                streak = assemblers[name].uninformative_streak
+                stop_stalled_trainer(name, trainer, workers[name], metrics, streak, cfg.trainer.checkpoint_every)
+                del active[name]
+                continue
             wait_s = time.perf_counter() - t0
             progress.training(name)
             # reward/* over every scored group the step consumed (skipped uninformative ones included), so a
@@ -173,17 +180,25 @@ def _run(cfg: DictConfig, stack: ExitStack) -> float:
             metrics.log({f"{name}/{k}": v for k, v in step_metrics.items()} | {"harness": name}, step=step)
             progress.step_done(name, step_metrics)
             last_reward = step_metrics["reward/mean"]
-    log.info("finished %d steps; run folder %s", cfg.trainer.max_steps, run_dir)
+        if not active:
+            break
+    steps = {name: trainer.step for name, trainer in trainers.items()}
+    log.info("finished: optimizer steps %s; run folder %s", steps, run_dir)
     return last_reward
 
 
-def collect_groups(worker: Any, assembler: StepAssembler, progress: TrainingProgress, name: str) -> AssembledStep:
+def collect_groups(
+    worker: Any, assembler: StepAssembler, progress: TrainingProgress, name: str, *, stall_limit: int = 0
+) -> AssembledStep | None:
     """Feed finished groups from the worker's queue to the step assembler until the step is full.
 
     The assembler (:class:`harness_rl.train.step_plan.StepAssembler`) takes groups until the step's
     ``grad_accum`` token-budgeted micro-batches would overflow (at most ``tasks_per_step`` groups), holds the group
     that did not fit over for the next step, and skips uninformative groups (dynamic sampling) with a fallback, so
     a model that never (or always) solves its tasks still makes progress instead of hanging.
+
+    Returns None instead when ``stall_limit`` (> 0) groups in a row had no reward variance: the policy solves every
+    task or none, GRPO has no gradient to follow, and further rollouts would only burn compute.
     """
     import queue
 
@@ -196,8 +211,24 @@ def collect_groups(worker: Any, assembler: StepAssembler, progress: TrainingProg
             progress.waiting(name, len(assembler.trained), assembler.max_groups)
             continue
         assembler.offer(group)
+        if stall_limit > 0 and assembler.uninformative_streak >= stall_limit:
+            return None
         progress.waiting(name, len(assembler.trained), assembler.max_groups)
     return assembler.finish()
+
+
+def stop_stalled_trainer(
+    name: str, trainer: Any, worker: Any, metrics: Any, streak: int, checkpoint_every: int
+) -> None:
+    """End one harness's training early: no new groups, a checkpoint of its last step, the reason in the metrics."""
+    worker.request_stop()
+    reason = "groups in a row without reward variance (trainer.stop_after_uninformative_groups)"
+    log.warning("%s: %d %s; its training stops after step %d", name, streak, reason, trainer.step)
+    record: dict[str, Any] = {f"{name}/stopped/uninformative_groups": streak, "harness": name}
+    if trainer.step > 0 and trainer.step % checkpoint_every != 0:
+        # The last step has no checkpoint yet: write it, so the run's final policy can be evaluated.
+        record[f"{name}/checkpoint"] = str(trainer.checkpoint())
+    metrics.log(record, step=trainer.step)
 
 
 def trained_rewards(metrics: dict[str, Any]) -> dict[str, Any]:

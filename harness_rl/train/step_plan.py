@@ -192,6 +192,9 @@ class StepAssembler:
         self.skip_limit = 4 * max_groups if skip_limit is None else skip_limit
         self.samples_of = samples_of
         self.held: list[Any] = []
+        # Uninformative groups offered in a row, across steps: a policy that solves every task or none yields only
+        # these, and the launcher stops its trainer after ``trainer.stop_after_uninformative_groups`` of them.
+        self.uninformative_streak = 0
         self._start()
 
     def _start(self) -> None:
@@ -200,14 +203,19 @@ class StepAssembler:
         self.planner = StepPlanner(self.token_budget, self.packing)
         self.full = False
         held, self.held = self.held, []
-        for group in held:
-            self.offer(group)
+        for group in held:  # already counted in the streak when first offered
+            self._place(group, getattr(group, "informative", True))
 
     def offer(self, group: Any) -> str:
         """Consider one finished group; returns ``"trained"``, ``"skipped"`` or ``"held"`` (for the next step)."""
         if self.full:
             raise RuntimeError("the step is full; call finish() before offering more groups")
-        if not getattr(group, "informative", True) and len(self.skipped) < self.skip_limit:
+        informative = getattr(group, "informative", True)
+        self.uninformative_streak = 0 if informative else self.uninformative_streak + 1
+        return self._place(group, informative)
+
+    def _place(self, group: Any, informative: bool) -> str:
+        if not informative and len(self.skipped) < self.skip_limit:
             self.skipped.append(group)
             return "skipped"
         # Trial placement: planning is greedy and incremental, so adding the group to the planner is the test. A

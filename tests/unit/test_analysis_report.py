@@ -166,6 +166,17 @@ def test_a_run_without_evaluation_is_reported_with_its_training_curve_and_a_note
     assert any("not evaluated" in t.get_text() for t in eval_ax.texts)
 
 
+def test_a_trainer_stopped_on_flat_groups_is_noted_and_its_steps_counted(tmp_path):
+    run = make_run(tmp_path, "stalled", seed=1, rewards=[0.2, 0.0], passes=[0.25, 0.2, 0.0], sign=-1)
+    # What train_run logs when trainer.stop_after_uninformative_groups ends the trainer: at its last step.
+    stop = {"step": 2, "time": STARTED + 1500, "harness": HARNESS, f"{HARNESS}/stopped/uninformative_groups": 12}
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps(stop) + "\n")
+    (row,) = result_rows(read_run(run))
+    assert row["train_steps"] == 2 and row["final_train_reward"] == 0.0
+    assert row["note"] == "stopped after step 2: 12 groups in a row without reward variance"
+
+
 def test_a_folder_that_is_no_run_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(tmp_path), "--out", str(tmp_path / "out")])

@@ -27,3 +27,10 @@ def test_advantage_sign_other_than_plus_minus_one_is_refused(sign):
 
 def test_negative_control_flips_the_sign():
     validate(compose_config(["experiment=cpu_learning", "trainer.advantage_sign=-1"]))
+
+
+def test_stop_rule_is_off_by_default_and_refuses_negative_counts():
+    assert compose_config([]).trainer.stop_after_uninformative_groups == 0
+    assert compose_config(["experiment=cpu_learning"]).trainer.stop_after_uninformative_groups > 0
+    with pytest.raises(ConfigError, match="stop_after_uninformative_groups must be a whole number"):
+        validate(compose_config(["trainer.stop_after_uninformative_groups=-1"]))

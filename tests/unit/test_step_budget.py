@@ -116,6 +116,26 @@ def test_uninformative_groups_are_skipped_until_the_fallback() -> None:
     assert [g.group_id for g in step.consumed] == [2, 0, 1] and [g.group_id for g in step.trained] == [2]
 
 
+def test_uninformative_streak_spans_steps_and_ends_at_an_informative_group() -> None:
+    a = assembler(max_groups=1, skip_limit=1)
+    assert [a.offer(make_group(i, [30, 30], informative=False)) for i in range(2)] == ["skipped", "trained"]
+    assert a.uninformative_streak == 2
+    a.finish()
+    a.offer(make_group(2, [30, 30], informative=False))
+    assert a.uninformative_streak == 3
+    a.offer(make_group(3, [30, 30]))
+    assert a.uninformative_streak == 0
+
+
+def test_a_held_group_is_counted_once() -> None:
+    a = assembler(skip_limit=0)  # uninformative groups are taken (and so can be held) at once
+    assert a.offer(make_group(0, [110] * 4)) == "trained"
+    assert a.offer(make_group(1, [110] * 4, informative=False)) == "held"
+    assert a.uninformative_streak == 1
+    a.finish()  # the held group opens the next step without being offered again
+    assert a.uninformative_streak == 1 and [g.group_id for g in a.trained] == [1]
+
+
 def test_samples_of_filters_what_counts_toward_the_budget() -> None:
     # A staleness filter that drops everything: no budget is used, so the cap on groups ends the step.
     a = assembler(max_micro_batches=1, max_groups=3, samples_of=lambda g: [])
@@ -152,3 +172,42 @@ def test_collect_groups_and_reward_metrics_count_every_scored_group() -> None:
     worker.errors.append(ValueError("boom"))
     with pytest.raises(RuntimeError, match="rollout worker for h failed"):
         collect_groups(worker, assembler(), progress, "h")
+
+
+def test_collect_groups_stops_at_the_stall_limit_and_not_before() -> None:
+    import queue
+
+    from harness_rl.launch.train_run import collect_groups
+
+    worker = SimpleNamespace(groups=queue.Queue(), errors=[])
+    for i in range(3):
+        worker.groups.put(scored_group(i, [0.0, 0.0]))
+    progress = SimpleNamespace(waiting=lambda *args: None)
+    a = assembler(max_groups=1, skip_limit=1)
+    step = collect_groups(worker, a, progress, "h", stall_limit=3)
+    assert step is not None and [g.group_id for g in step.consumed] == [1, 0]  # fallback took the second
+    assert collect_groups(worker, a, progress, "h", stall_limit=3) is None  # the third flat group in a row
+    for i in (3, 4):
+        worker.groups.put(scored_group(i, [0.0, 0.0]))
+    assert collect_groups(worker, assembler(max_groups=1, skip_limit=1), progress, "h", stall_limit=0) is not None
+
+
+@pytest.mark.parametrize(
+    ("step", "checkpoint_every", "writes_checkpoint"), [(3, 2, True), (4, 2, False), (0, 1, False)]
+)
+def test_a_stalled_trainer_stops_with_its_last_step_checkpointed(
+    step: int, checkpoint_every: int, writes_checkpoint: bool
+) -> None:
+    from harness_rl.launch.train_run import stop_stalled_trainer
+
+    logged: list[tuple[dict, int]] = []
+    checkpoints: list[int] = []
+    trainer = SimpleNamespace(step=step, checkpoint=lambda: checkpoints.append(step) or f"ckpt/step_{step}")
+    worker = SimpleNamespace(stopped=False)
+    worker.request_stop = lambda: setattr(worker, "stopped", True)
+    metrics = SimpleNamespace(log=lambda record, step: logged.append((record, step)))
+    stop_stalled_trainer("h", trainer, worker, metrics, 16, checkpoint_every)
+    assert worker.stopped and checkpoints == ([step] if writes_checkpoint else [])
+    ((record, at),) = logged
+    assert at == step and record["h/stopped/uninformative_groups"] == 16
+    assert ("h/checkpoint" in record) == writes_checkpoint
