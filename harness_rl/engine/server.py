@@ -250,7 +250,7 @@ class VLLMServer:
 
     def _wait_healthy(self, deadline: float) -> None:
         assert self._proc is not None and self.log_path is not None
-        with httpx.Client(timeout=2.0) as http:
+        with httpx.Client(timeout=2.0, trust_env=False) as http:  # loopback: never through a user's proxy
             while True:
                 code = self._proc.poll()
                 if code is not None:
