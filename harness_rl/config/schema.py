@@ -124,6 +124,11 @@ class BudgetConfig:
 
 
 @dataclass
+class SandboxConfig:
+    allow_unisolated: bool = False
+
+
+@dataclass
 class TaskSourceConfig:
     name: str = MISSING
     weight: float = 1.0
@@ -210,6 +215,7 @@ class TrainConfig:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     safety: SafetyConfig = field(default_factory=SafetyConfig)
     eval: EvalOptions = field(default_factory=EvalOptions)
 

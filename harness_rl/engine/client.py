@@ -30,7 +30,9 @@ class EngineClient:
 
     def __init__(self, url: str, timeout_s: float = 120.0):
         self.url = url.rstrip("/")
-        self._http = httpx.Client(base_url=self.url, timeout=timeout_s)
+        # trust_env=False: the engine is a loopback service; a user's HTTP(S)_PROXY/ALL_PROXY must never route
+        # its admin calls (adapter load/unload) off the machine.
+        self._http = httpx.Client(base_url=self.url, timeout=timeout_s, trust_env=False)
 
     def close(self) -> None:
         """Close the connection pool."""

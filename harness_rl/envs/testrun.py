@@ -1,9 +1,11 @@
 """Run a task folder's scripts in the sandbox: the verifier (tests/test.sh) and the oracle (solution/solve.sh).
 
 The verifier runs after the harness exited. Its tests are copied out of the task folder (which every sandbox
-hides) into ``<rollout>/verifier/tests``, a folder the harness never saw, and bound read-only into a sandbox
-whose working directory is the rollout's workspace; the copy is deleted once the verifier ended, so no later
-process can find it either. The contract (environment variables, reward file) is in ``harness_rl.envs.spec``.
+hides) into ``<rollout>/verifier/tests-<random>``, a folder whose name is drawn only when the verifier starts
+(so no path the agent could have aimed a link at during its run), and bound read-only into a sandbox whose
+working directory is the rollout's workspace; the copy is deleted once the verifier ended, so no later process
+can find it either. Before it runs, links out of the workspace are deleted (``harness_rl.envs.links``).
+The contract (environment variables, reward file) is in ``harness_rl.envs.spec``.
 
 A verifier that exits non-zero, times out or writes no valid reward makes the rollout unscorable (score
 None with the reason), never 0.
@@ -12,12 +14,14 @@ None with the reason), never 0.
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness_rl.envs.links import remove_escaping_links
 from harness_rl.envs.task import Task, lay_out_workspace
 from harness_rl.envs.verify import VerifierResult, check_score
 from harness_rl.sandbox.base import Sandbox, SandboxClosedError, SandboxLayout, hidden_from_sandboxes
@@ -100,7 +104,10 @@ def run_tests(
     limit = timeout_s or task.verifier_timeout_s or DEFAULT_VERIFIER_TIMEOUT_S
     vdir = Path(rollout_dir).resolve() / "verifier"
     shutil.rmtree(vdir, ignore_errors=True)  # a fresh verifier folder: nothing left by an earlier attempt
-    tests, logs = vdir / "tests", vdir / "logs"
+    remove_escaping_links(workspace)
+    # A name drawn now: a workspace link aimed at a fixed tests path (``verifier/tests/expected.txt``) during
+    # the agent's run would otherwise resolve once the copy exists.
+    tests, logs = vdir / f"tests-{secrets.token_hex(8)}", vdir / "logs"
     try:
         shutil.copytree(Path(task.task_dir) / "tests", tests, symlinks=True)
         logs.mkdir(parents=True)

@@ -11,6 +11,9 @@ Verifier kinds (``Task.verifier["kind"]``):
         either a number or JSON ``{"score": x}``, and it must exit 0.
 Both take an optional ``"timeout_s"`` (default ``DEFAULT_TIMEOUT_S``); they run as plain subprocesses (built-in
 in-memory tasks for plumbing tests).
+
+Whatever the kind, links that lead out of the workspace are deleted first (``harness_rl.envs.links``), so a
+link to where the verifier keeps its expected files cannot make the output match itself.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness_rl.envs.links import remove_escaping_links
 from harness_rl.envs.task import TESTS_VERIFIER, Task
 
 if TYPE_CHECKING:
@@ -96,6 +100,7 @@ def verify(
         return run_tests(task, workspace, rollout_dir=rollout_dir, sandbox=sandbox, timeout_s=limit,
                          tool_calls=tool_calls)  # fmt: skip
     argv = verifier_argv(task)
+    remove_escaping_links(workspace)
     limit = timeout_s if timeout_s is not None else float(task.verifier.get("timeout_s", DEFAULT_TIMEOUT_S))
     start = time.monotonic()
     try:

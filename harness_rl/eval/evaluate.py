@@ -169,11 +169,14 @@ def _run_pending(cfg: DictConfig, stack: ExitStack, run_dir: Path, eval_dir: Pat
     from harness_rl.launch.components import build_harness, check_harnesses_installed
     from harness_rl.launch.serving import start_serving
     from harness_rl.models.fetch import resolve_model_path
+    from harness_rl.sandbox.isolation import require_isolation
     from harness_rl.sandbox.local import LocalSandbox
 
     def new_sandbox() -> LocalSandbox:
         return LocalSandbox(address_space_bytes=int(cfg.budget.memory_limit_gib * (1 << 30)),
                             hidden_paths=(run_dir,), niceness=cfg.budget.niceness)  # fmt: skip
+
+    require_isolation(new_sandbox().isolation, allow_unisolated=cfg.sandbox.allow_unisolated, entry_point="eval.py")
 
     check_harnesses_installed({name: build_harness(name, cfg, new_sandbox()) for name in cfg.harness.mix})
     model_path = resolve_model_path(cfg.model.path)

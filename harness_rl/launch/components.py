@@ -116,6 +116,8 @@ def write_run_metadata(run_dir: Path, cfg: DictConfig, model_path: str, harnesse
         "model_path": str(model_path),
         "harnesses": {name: h.version() for name, h in harnesses.items()},
         "sandbox_isolation": isolation,
+        # True when the run was allowed to go on without isolation (sandbox.allow_unisolated).
+        "sandbox_allow_unisolated": bool(cfg.sandbox.allow_unisolated),
         "safety": safety_summary(cfg),
         "harness_rl": harness_rl.__version__,
         "git_commit": _git_commit(),

@@ -9,6 +9,7 @@ from harness_rl.engine.client import EngineError
 from harness_rl.engine.server import EngineStartError
 from harness_rl.harnesses.base import HarnessNotInstalledError
 from harness_rl.models.fetch import ModelFetchError
+from harness_rl.sandbox.isolation import UnisolatedSandboxError
 
 USER_ERRORS: tuple[type[BaseException], ...] = (
     ConfigError,
@@ -17,4 +18,5 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     HarnessNotInstalledError,
     ModelFetchError,
     NotImplementedError,
+    UnisolatedSandboxError,
 )

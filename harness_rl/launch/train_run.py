@@ -52,6 +52,7 @@ def _run(cfg: DictConfig, stack: ExitStack) -> float:
     from harness_rl.models.fetch import resolve_model_path
     from harness_rl.rollout.phases import mean_phases
     from harness_rl.rollout.worker import RolloutWorker, group_metrics, pending_groups_bound
+    from harness_rl.sandbox.isolation import require_isolation
     from harness_rl.sandbox.local import LocalSandbox
     from harness_rl.tracking import build_metrics
     from harness_rl.tracking.jsonl import JsonlSink
@@ -68,6 +69,7 @@ def _run(cfg: DictConfig, stack: ExitStack) -> float:
         hidden_paths=(run_dir,),
         niceness=cfg.budget.niceness,
     )
+    require_isolation(sandbox.isolation, allow_unisolated=cfg.sandbox.allow_unisolated, entry_point="train.py")
     harnesses = {name: build_harness(name, cfg, sandbox) for name in cfg.harness.mix}
     check_harnesses_installed(harnesses)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,8 @@ from harness_rl.proxy.dialects.base import DecodedRequest, Dialect
 from harness_rl.proxy.errors import ProxyError
 from harness_rl.proxy.gatekeeper import Block, StreamHold, TextBlock
 from harness_rl.proxy.own_replies import SSE_HEADERS, proxy_reply
-from harness_rl.proxy.sampling import apply_sampling_policy
+from harness_rl.proxy.request_fields import strip_unlisted
+from harness_rl.proxy.sampling import apply_sampling_policy, is_neutral
 from harness_rl.proxy.sessions import Session, SessionStore
 from harness_rl.proxy.upstream import CHAT_PATH, Upstream, UpstreamError, UpstreamStream
 
@@ -74,7 +75,7 @@ class Relay:
         if session.gate is not None:
             # Calls the gate defused go back to the engine as sampled, with the explanation as their result.
             session.gate.restore(req.upstream_body.get("messages"))
-        body, dropped = self._upstream_body(session, req, model)
+        body, dropped = self._upstream_body(session, dialect, req, model)
         if req.stream:
             return await self._stream(session, dialect, req, body, model, dropped)
         return await self._complete(session, dialect, req, body, model, dropped)
@@ -95,10 +96,21 @@ class Relay:
             # limit (e.g. "[" * 100_000).
             raise ProxyError(400, "invalid_request", f"Malformed JSON body: {exc}", param="body") from exc
 
-    def _upstream_body(self, session: Session, req: DecodedRequest, model: str) -> tuple[dict, list[str]]:
+    def _upstream_body(
+        self, session: Session, dialect: Dialect, req: DecodedRequest, model: str
+    ) -> tuple[dict, list[str]]:
         body = dict(req.upstream_body)
+        reported: list[str] = []
+        if session.purpose == "train":
+            # Only the fields the dialect's public API has reach the engine (no vLLM extras from the policy). All
+            # are counted on the session; the call's node lists those that would have changed something (an
+            # explicit neutral value such as min_p=0 is not news, as in the sampling policy).
+            original = dict(body)
+            stripped = strip_unlisted(body, dialect.upstream_fields)
+            session.note_stripped(stripped)
+            reported = [name for name in stripped if not is_neutral(name, original[name])]
         body["model"] = model
-        dropped = apply_sampling_policy(body, session.purpose, session.sampling)
+        dropped = sorted({*apply_sampling_policy(body, session.purpose, session.sampling), *reported})
         if self.max_model_len is not None and body.get("max_tokens") is not None:
             # No output budget can exceed the whole context; vLLM refuses one that does without looking further.
             body["max_tokens"] = min(int(body["max_tokens"]), self.max_model_len)

@@ -55,7 +55,7 @@ def apply_sampling_policy(body: dict[str, Any], purpose: Purpose, policy: Sampli
             if name in body:
                 # Explicit neutral values (e.g. top_k=-1, presence_penalty=0) are dropped too, but not
                 # reported: they change nothing.
-                if not _is_neutral(name, body[name]):
+                if not is_neutral(name, body[name]):
                     dropped.append(name)
                 del body[name]
     if policy.temperature is not None:
@@ -108,7 +108,8 @@ def _is_text_format(value: Any) -> bool:
     return isinstance(value, dict) and value.get("type") == "text"
 
 
-def _is_neutral(name: str, value: Any) -> bool:
+def is_neutral(name: str, value: Any) -> bool:
+    """Whether sending ``name`` with ``value`` changes nothing (None, top_k=-1, a zero penalty, an empty list)."""
     if value is None:
         return True
     if name == "top_k":

@@ -16,6 +16,7 @@ them up with its own clock.
 from __future__ import annotations
 
 import contextlib
+import logging
 import secrets
 import threading
 import time
@@ -25,6 +26,8 @@ from typing import Any, Literal
 
 from harness_rl.proxy.gatekeeper import SessionGate
 from harness_rl.proxy.graph import RolloutGraph
+
+log = logging.getLogger(__name__)
 
 Purpose = Literal["train", "eval"]
 PURPOSES = ("train", "eval")
@@ -67,6 +70,9 @@ class Session:
     failures: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     graph: RolloutGraph = field(default_factory=RolloutGraph)
+    #: Request fields outside the dialect's allowlist removed from this session's calls, with how many calls
+    #: carried each (training sessions only; see harness_rl/proxy/request_fields.py).
+    stripped_fields: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def begin_request(self) -> bool:
@@ -96,6 +102,23 @@ class Session:
                 self.awaiting_engine -= 1
                 self.engine_calls.append([self._open_calls.pop(id(token)), time.time()])
 
+    def note_stripped(self, names: list[str]) -> None:
+        """Counts request fields stripped from one call; the session's first stripping is logged (once, so a harness
+        that sends an extra on every call does not flood the log)."""
+        if not names:
+            return
+        with self._lock:
+            first = not self.stripped_fields
+            for name in names:
+                self.stripped_fields[name] = self.stripped_fields.get(name, 0) + 1
+        if first:
+            log.warning(
+                "session %s: stripped request field(s) %s that training sessions never forward to the engine "
+                "(counted in the trace's stripped_fields)",
+                self.key[:8],
+                names,
+            )
+
     def record_failure(self, kind: str, message: str, **details: Any) -> None:
         """Keeps a call the proxy could not capture (or serve) on the session's record."""
         with self._lock:
@@ -112,6 +135,7 @@ class Session:
         with self._lock:
             failures = [dict(f) for f in self.failures]
             events = [dict(e) for e in self.events]
+            stripped = dict(self.stripped_fields)
             requests = self.requests
             awaiting_engine = self.awaiting_engine
             now = time.time()
@@ -129,6 +153,7 @@ class Session:
             "awaiting_engine": awaiting_engine,
             "failures": failures,
             "events": events,
+            "stripped_fields": stripped,
             "first_request_t": self.first_request_t,
             "engine_calls": calls,
             "engine_wait_s": engine_wait_s(calls, nodes, failures),

@@ -21,7 +21,11 @@ class ProxyAdmin:
 
     def __init__(self, url: str, token: str, timeout_s: float = 60.0):
         self.url = url.rstrip("/")
-        self._client = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s)
+        # trust_env=False: the proxy is a loopback service; a user's HTTP(S)_PROXY/ALL_PROXY must never carry the
+        # admin token off the machine.
+        self._client = httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s, trust_env=False
+        )
 
     def create_session(
         self,

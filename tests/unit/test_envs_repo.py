@@ -262,3 +262,47 @@ def test_real_cache_builds_valid_tasks(tmp_path):
     for i, spec in enumerate(tasks):
         assert _score(spec, tmp_path / f"empty{i}", oracle=False) == '{"reward": 0.0}', spec.id
         assert _score(spec, tmp_path / f"oracle{i}", oracle=True) == '{"reward": 1.0}', spec.id
+
+
+def _text(content: str | bytes) -> str:
+    return content.decode() if isinstance(content, bytes) else content
+
+
+def _solved(spec) -> dict:
+    """The workspace after the oracle: the original file back in place."""
+    module = spec.metadata["module"]
+    return {**spec.workspace, module: _text(spec.solution[f"original/{module}"])}
+
+
+@pytest.mark.parametrize("where", ["package", "imported_module"])
+def test_exiting_0_during_collection_scores_0(tiny, tmp_path, where):
+    """Code that ends pytest with status 0 before any test ran (``os._exit(0)`` in the package's __init__, or
+    in a module it imports) earns nothing: the reward comes from the per-test outcomes. (A conftest.py would
+    do the same, but the verifier deletes those from the code folders: test above.)"""
+    _, tasks = tiny
+    spec = tasks[0]
+    solved = _solved(spec)
+    module = spec.metadata["module"]
+    broken = _text(spec.workspace[module])
+    if where == "package":
+        hacked = {**spec.workspace, module: broken + "\nimport os\nos._exit(0)\n"}
+    else:
+        boot = {"tinycalc/_boot.py": "import os\nos._exit(0)\n"}
+        hacked = {**spec.workspace, **boot, module: "from tinycalc import _boot  # noqa\n" + broken}
+    assert _score(replace(spec, workspace=hacked), tmp_path / "hacked", oracle=False) == '{"reward": 0.0}'
+    # The same exit in a solved workspace earns nothing either, and the solved workspace alone scores 1.
+    solved_hack = {**solved, module: solved[module] + "\nimport os\nos._exit(0)\n"}
+    assert _score(replace(spec, workspace=solved_hack), tmp_path / "solved-hack", oracle=False) == '{"reward": 0.0}'
+    assert _score(replace(spec, workspace=solved), tmp_path / "solved", oracle=False) == '{"reward": 1.0}'
+
+
+def test_score_needs_every_selected_test_passed_and_at_least_one():
+    from harness_rl.envs.sources.repo_score import reward
+
+    summary = "PASSED t.py::test_a\nPASSED t.py::test_b\n"
+    assert reward(summary, ["t.py::test_a", "t.py::test_b"], 0) == 1.0
+    assert reward(summary, ["t.py::test_a", "t.py::test_c"], 0) == 0.0  # one selected test never ran
+    assert reward("", ["t.py::test_a"], 0) == 0.0  # exit 0, nothing ran
+    assert reward(summary, [], 0) == 0.0  # nothing selected
+    assert reward(summary + "FAILED t.py::test_b - boom\n", ["t.py::test_a", "t.py::test_b"], 1) == 0.0
+    assert reward(summary, ["t.py::test_a", "t.py::test_b"], 2) == 0.0  # interrupted after reporting

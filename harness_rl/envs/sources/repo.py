@@ -9,8 +9,9 @@ each mutated function, and keeps a mutation when some of them fail. A task is th
   its tests (the verifier's tests are the project's own: leaving any in the workspace would let the agent read
   the expected behaviour, and the tests of other functions are left out too so the rule is simple);
 - tests/: ``suite/`` (the project's test files and pytest configuration), ``selected.txt`` (the tests that fail
-  on the mutant, plus a few that pass as guards against fixes that break neighbouring behaviour) and
-  ``test.sh``, which runs them on the workspace's code: reward 1.0 iff all pass;
+  on the mutant, plus a few that pass as guards against fixes that break neighbouring behaviour),
+  ``test.sh``, which runs them on the workspace's code, and ``score.py``, which reads pytest's per-test
+  summary: reward 1.0 iff every selected test is reported passed (never from pytest's exit status alone);
 - solution/: the original file and ``solve.sh``, which puts it back.
 
 Splits: 270 tasks, 230 "train" and 40 "heldout". The group is ``project:module:function`` (a function gives at
@@ -41,7 +42,7 @@ from harness_rl.envs.sources.repo_fetch import (
     read_tree,
 )
 from harness_rl.envs.sources.repo_mutate import Function, Mutation, is_valid, mutations
-from harness_rl.envs.sources.repo_tests import TestRunner, verifier_script
+from harness_rl.envs.sources.repo_tests import TestRunner, verifier_files
 from harness_rl.envs.spec import TaskSpec
 
 log = logging.getLogger(__name__)
@@ -292,7 +293,7 @@ def _task(a: _Accepted, split: str) -> TaskSpec:
     selected = [*a.failing, *a.guards]
     tests = {f"suite/{rel}": data for rel, data in a.prepared.suite.items()}
     tests["selected.txt"] = "".join(t + "\n" for t in selected)
-    tests["test.sh"] = verifier_script(p.sources, len(selected), VERIFIER_TIMEOUT_S - 20)
+    tests.update(verifier_files(p.sources, len(selected), VERIFIER_TIMEOUT_S - 20))
     workspace = {**a.prepared.context, **a.prepared.code, fn.path: m.source}
     return TaskSpec(
         id=task_id,

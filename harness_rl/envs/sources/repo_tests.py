@@ -22,12 +22,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness_rl.envs.sources import repo_score
+from harness_rl.envs.sources.repo_score import parse_report
+
+__all__ = ["Outcome", "TestRunner", "parse_report", "run_pytest", "verifier_files", "write_tree"]
+
 PYTEST_ARGS = ("-q", "-p", "no:cacheprovider", "-o", "addopts=", "--tb=no", "-rA")
 PYTEST_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 #: Address-space cap for a test run, in KiB: a mutant that appends in an endless loop once took 16 GB of a
 #: shared machine before its timeout; with the cap it dies of MemoryError at once.
 MEMORY_LIMIT_KB = 4 * 1024 * 1024
-_TAGS = ("PASSED", "FAILED", "ERROR", "SUBFAILED")
 
 
 @dataclass(frozen=True)
@@ -44,29 +48,6 @@ class Outcome:
     status: str
     passed: frozenset[str]
     failed: frozenset[str]
-
-
-def parse_report(output: str, known: Iterable[str] | None = None) -> tuple[set[str], set[str]]:
-    """Passed and failed node ids from pytest's ``-rA`` short summary.
-
-    Args:
-        output: pytest's output.
-        known: Node ids that may appear; a failure line's id is the longest known id it starts with (its
-            message follows after " - ", and ids themselves may hold " - "). None: ids end at " - ".
-    """
-    known = sorted(known or (), key=len, reverse=True)
-    passed, failed = set(), set()
-    for line in output.splitlines():
-        tag, _, rest = line.partition(" ")
-        base = tag.split("(")[0]
-        if base not in _TAGS:
-            continue
-        if base == "PASSED":
-            passed.add(rest)
-            continue
-        node = next((k for k in known if rest == k or rest.startswith(k + " - ")), None)
-        failed.add(node or rest.split(" - ")[0])
-    return passed - failed, failed
 
 
 def write_tree(dest: Path, files: Mapping[str, bytes | str]) -> None:
@@ -155,8 +136,10 @@ class TestRunner:
 
 VERIFIER_SH = r"""#!/usr/bin/env bash
 # Verifier: runs {n_selected} of the project's own tests (hidden in suite/) against the workspace's code.
-# Reward 1.0 iff all pass. Only the project's code folders are taken from the workspace, and any
-# conftest.py in them is dropped, so files the agent adds cannot change how pytest runs.
+# Reward 1.0 iff every selected test is reported passed (score.py reads pytest's per-test summary: the exit
+# status alone is not trusted, since the agent's code runs inside pytest and can exit 0 early). Only the
+# project's code folders are taken from the workspace, and any conftest.py in them is dropped, so files the
+# agent adds cannot change how pytest runs.
 set -u
 WS="${{HRL_WORKSPACE:-/app}}"
 TESTS="${{HRL_TESTS_DIR:-/tests}}"
@@ -176,21 +159,20 @@ cp -R "$TESTS/suite/." "$RUN/"
 cp "$TESTS/selected.txt" "$RUN/selected.txt"
 cd "$RUN"
 ulimit -v {memory_kb} 2>/dev/null || true
-reward=0.0
-if {env} PYTHONPATH="$RUN/src:$RUN" timeout {timeout_s} "$PY" -m pytest {pytest_args} --rootdir "$RUN" @selected.txt \
-    > "$LOGS/pytest.log" 2>&1; then
-  reward=1.0
-fi
-printf '{{"reward": %s}}\n' "$reward" > "$LOGS/reward.json"
-exit 0
+status=0
+{env} PYTHONPATH="$RUN/src:$RUN" timeout {timeout_s} "$PY" -m pytest {pytest_args} --rootdir "$RUN" @selected.txt \
+    > "$LOGS/pytest.log" 2>&1 || status=$?
+cd /
+"$PY" -I "$TESTS/score.py" "$LOGS/pytest.log" "$TESTS/selected.txt" "$status" > "$LOGS/reward.json"
 """
 
 
-def verifier_script(sources: Iterable[str], n_selected: int, timeout_s: int) -> str:
-    """The ``tests/test.sh`` text: the build-time pytest run, in bash."""
+def verifier_files(sources: Iterable[str], n_selected: int, timeout_s: int) -> dict[str, str]:
+    """The verifier's files of a repository task: ``test.sh`` (the build-time pytest run, in bash) and
+    ``score.py`` (``repo_score``, which turns pytest's per-test summary into the reward)."""
     import shlex
 
-    return VERIFIER_SH.format(
+    test_sh = VERIFIER_SH.format(
         n_selected=n_selected,
         sources=" ".join(shlex.quote(s) for s in sources),
         env=" ".join(f"{k}={v}" for k, v in PYTEST_ENV.items()),
@@ -198,3 +180,4 @@ def verifier_script(sources: Iterable[str], n_selected: int, timeout_s: int) -> 
         memory_kb=MEMORY_LIMIT_KB,
         pytest_args=" ".join(shlex.quote(a) for a in PYTEST_ARGS),
     )
+    return {"test.sh": test_sh, "score.py": Path(repo_score.__file__).read_text()}

@@ -36,6 +36,7 @@ from harness_rl.proxy.dialects.anthropic_stream import MessagesStreamEncoder
 from harness_rl.proxy.dialects.base import DecodedRequest, Dialect
 from harness_rl.proxy.dialects.openai_chat import bearer_token
 from harness_rl.proxy.errors import ProxyError
+from harness_rl.proxy.request_fields import ANTHROPIC_MESSAGES_FIELDS
 
 __all__ = [
     "BILLING_HEADER_PREFIX",
@@ -62,6 +63,7 @@ __all__ = [
 
 class AnthropicMessages(Dialect):
     name = "anthropic_messages"
+    upstream_fields = ANTHROPIC_MESSAGES_FIELDS
     routes = (("/v1/messages", ("POST",)),)
 
     def api_key(self, request: Request) -> str | None:

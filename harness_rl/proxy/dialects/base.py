@@ -57,6 +57,9 @@ class Dialect(ABC):
     name: str
     #: (path, methods) pairs served by this dialect.
     routes: tuple[tuple[str, tuple[str, ...]], ...]
+    #: The engine-request fields a training session forwards from this dialect (harness_rl/proxy/request_fields.py);
+    #: any other field of ``DecodedRequest.upstream_body`` is stripped before the engine sees it.
+    upstream_fields: frozenset[str]
 
     @abstractmethod
     def api_key(self, request: Request) -> str | None:

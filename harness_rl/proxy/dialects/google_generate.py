@@ -18,6 +18,7 @@ from starlette.requests import Request
 from harness_rl.proxy.dialects.base import DecodedRequest, Dialect, sse
 from harness_rl.proxy.dialects.google_request import decode_generate_request, normalize_schema, tool_call_id
 from harness_rl.proxy.errors import ProxyError
+from harness_rl.proxy.request_fields import GOOGLE_GENERATE_FIELDS
 
 __all__ = ["GoogleGenerateContent", "normalize_schema", "tool_call_id"]
 
@@ -40,6 +41,7 @@ _STATUS_NAMES = {
 
 class GoogleGenerateContent(Dialect):
     name = "google_generate"
+    upstream_fields = GOOGLE_GENERATE_FIELDS
     # One route for both actions: the action after the ':' is how the codec learns whether to stream.
     routes = (("/{version}/models/{model_action}", ("POST",)),)
 

@@ -15,6 +15,7 @@ from harness_rl.proxy import fast_json
 from harness_rl.proxy.dialects.base import DecodedRequest, Dialect, sse
 from harness_rl.proxy.dialects.wire_json import check_json_body
 from harness_rl.proxy.errors import ProxyError
+from harness_rl.proxy.request_fields import OPENAI_CHAT_FIELDS
 
 _RESPONSE_KEYS = (
     "id",
@@ -53,6 +54,7 @@ def _bad(message: str, param: str) -> ProxyError:
 
 class OpenAIChat(Dialect):
     name = "openai_chat"
+    upstream_fields = OPENAI_CHAT_FIELDS
     routes = (("/v1/chat/completions", ("POST",)),)
 
     def api_key(self, request: Request) -> str | None:

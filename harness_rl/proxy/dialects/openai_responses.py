@@ -17,12 +17,14 @@ from harness_rl.proxy.dialects.responses_reply import encode_response, error_bod
 from harness_rl.proxy.dialects.responses_request import decode_responses_request
 from harness_rl.proxy.dialects.responses_stream import ResponsesStreamEncoder
 from harness_rl.proxy.errors import ProxyError
+from harness_rl.proxy.request_fields import OPENAI_RESPONSES_FIELDS
 
 __all__ = ["OpenAIResponses", "ResponsesStreamEncoder", "response_object"]
 
 
 class OpenAIResponses(Dialect):
     name = "openai_responses"
+    upstream_fields = OPENAI_RESPONSES_FIELDS
     routes = (("/v1/responses", ("POST",)),)
 
     def api_key(self, request: Request) -> str | None:
