@@ -10,9 +10,9 @@ from typing import Any
 
 import httpx
 
-from harness_rl.proxy.fake_engine import FakeEngine
 from harness_rl.proxy.server import ProxyServer, UvicornThread
 from harness_rl.rollout.proxy_admin import ProxyAdmin
+from harness_rl.testkit.fake_vllm import FakeEngine
 
 
 def new_session(admin: httpx.Client, **spec: Any) -> str:

@@ -1,7 +1,8 @@
 """``python -m harness_rl.harnesses check NAME...``: does each installed harness work end to end through the proxy?
 
 Each named harness runs once, in its default sandbox, on a tiny task against the real capture proxy in front of
-a scripted engine (``harness_rl.proxy.scripted``). The script makes the harness call its own shell tool once
+a scripted engine (``harness_rl.testkit.scripted_proxy``; the one production module allowed to import the
+testkit, see harness_rl/testkit/__init__.py). The script makes the harness call its own shell tool once
 (writing a file into the task workspace) and then finish. The check reports what the proxy saw (dialect,
 streaming, requests) and whether the file exists with the scripted content, so a broken pin, config template or
 sandbox mount shows up before a training run depends on it.
@@ -19,8 +20,8 @@ from typing import Any
 from harness_rl.harnesses import HARNESSES
 from harness_rl.harnesses.base import Harness
 from harness_rl.harnesses.install import install_command
-from harness_rl.proxy.fake_engine import Reply
-from harness_rl.proxy.scripted import ScriptedProxy, bash_block_then_submit, shell_then_done
+from harness_rl.testkit.fake_vllm import Reply
+from harness_rl.testkit.scripted_proxy import ScriptedProxy, bash_block_then_submit, shell_then_done
 
 #: The file the scripted shell command creates, relative to the task workspace.
 CHECK_FILE = "out.txt"

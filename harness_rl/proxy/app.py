@@ -21,7 +21,6 @@ from harness_rl.proxy.relay import BUDGET_MESSAGE, Relay
 from harness_rl.proxy.sessions import SessionStore
 from harness_rl.proxy.upstream import DEFAULT_TIMEOUT, Upstream
 from harness_rl.proxy.upstream_aiohttp import AiohttpUpstream
-from harness_rl.proxy.upstream_httpx import HttpxUpstream
 
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 
@@ -35,7 +34,7 @@ def create_app(
     budget_message: str = BUDGET_MESSAGE,
     dialects: Sequence[Dialect] | None = None,
     upstream_timeout: httpx.Timeout = DEFAULT_TIMEOUT,
-    upstream_transport: httpx.AsyncBaseTransport | None = None,
+    upstream: Upstream | None = None,
     sessions: SessionStore | None = None,
     context_length: int | None = None,
     safety_gate: ProxyGate | None = None,
@@ -49,9 +48,10 @@ def create_app(
         max_body_bytes: larger client bodies are refused with 413.
         budget_message: the assistant text that answers calls past a session's request budget.
         dialects: codecs to serve (default: all implemented).
-        upstream_timeout: timeouts for engine calls (connect, read and pool apply to both clients).
-        upstream_transport: an httpx transport for the engine (tests); without one the proxy reaches the engine
-            with aiohttp (see proxy/upstream.py).
+        upstream_timeout: timeouts for the default engine client (connect, read and pool apply).
+        upstream: the engine client, closed with the app (default: aiohttp to ``engine_url``, see
+            proxy/upstream.py). Tests hand in ``harness_rl.testkit.httpx_upstream.HttpxUpstream`` over an
+            in-process engine or a transport that records the wire.
         sessions: an existing store to share (default: a fresh one, exposed as app.state.sessions).
         context_length: the engine's context length (``max_model_len``), for the model listings and to cap each
             call's output budget (default: the listings ask the engine once; the relay learns it from the first
@@ -67,11 +67,8 @@ def create_app(
     if not base_model:
         raise ValueError("base_model must be non-empty")
     sessions = sessions if sessions is not None else SessionStore()
-    upstream: Upstream = (
-        HttpxUpstream(engine_url, timeout=upstream_timeout, transport=upstream_transport)
-        if upstream_transport is not None
-        else AiohttpUpstream(engine_url, timeout=upstream_timeout)
-    )
+    if upstream is None:
+        upstream = AiohttpUpstream(engine_url, timeout=upstream_timeout)
     relay = Relay(
         sessions,
         upstream,

@@ -2,10 +2,10 @@
 
 The proxy's own engine calls go through aiohttp (proxy/upstream_aiohttp.py): per call it costs about a
 quarter of httpx's CPU (measured 0.12 ms against 0.50 ms on the benchmark's engine), and at 144 concurrent
-streams the HTTP client was a large share of the proxy's time. Tests that hand the app an httpx transport
-(an ASGI app, a transport that records the wire) get the same interface over httpx
-(proxy/upstream_httpx.py). Both map every transport failure to UpstreamError and send a call once more when
-a pooled keep-alive connection turns out to be closed before the engine answered.
+streams the HTTP client was a large share of the proxy's time. Tests that reach an in-process engine or record
+the wire hand the app the same interface over an httpx transport (harness_rl/testkit/httpx_upstream.py).
+Both map every transport failure to UpstreamError and send a call once more when a pooled keep-alive
+connection turns out to be closed before the engine answered.
 """
 
 from __future__ import annotations

@@ -16,11 +16,11 @@ import pytest
 
 from harness_rl.envs.smoke import smoke_task
 from harness_rl.harnesses import HARNESSES
-from harness_rl.proxy.scripted import ScriptedProxy
 from harness_rl.rollout.proxy_admin import ProxyAdmin
 from harness_rl.rollout.session import RolloutSettings, run_rollout
 from harness_rl.sandbox.base import SandboxLayout
 from harness_rl.sandbox.local import LocalSandbox
+from harness_rl.testkit.scripted_proxy import ScriptedProxy
 from tests.processes import DescendantWatcher
 
 pytestmark = [pytest.mark.slow, pytest.mark.harness]

@@ -14,9 +14,9 @@ import pytest
 
 from harness_rl.harnesses import HARNESSES
 from harness_rl.harnesses.check import scripted_replies
-from harness_rl.proxy.scripted import ScriptedProxy
 from harness_rl.sandbox.base import SandboxLayout
 from harness_rl.sandbox.local import LocalSandbox
+from harness_rl.testkit.scripted_proxy import ScriptedProxy
 
 pytestmark = [pytest.mark.slow, pytest.mark.harness]
 

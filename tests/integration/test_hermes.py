@@ -14,9 +14,9 @@ import yaml
 from harness_rl.harnesses import HARNESSES, Harness, HarnessNotInstalledError
 from harness_rl.harnesses.hermes import MIN_CONTEXT_LENGTH, Hermes
 from harness_rl.harnesses.install import STAMP_NAME, venv_dir
-from harness_rl.proxy.fake_engine import Reply
+from harness_rl.testkit.fake_vllm import Reply
+from harness_rl.testkit.scripted_proxy import ScriptedProxy, shell_then_done
 from tests.processes import DescendantWatcher
-from tests.scripted_proxy import ScriptedProxy, shell_then_done
 
 pytestmark = [pytest.mark.slow, pytest.mark.harness]
 

@@ -12,9 +12,9 @@ import pytest
 from harness_rl.harnesses import HARNESSES, HarnessNotInstalledError
 from harness_rl.harnesses.install import NPM_TOOLS, npm_prefix
 from harness_rl.harnesses.pi import Pi
-from harness_rl.proxy.fake_engine import Reply
+from harness_rl.testkit.fake_vllm import Reply
+from harness_rl.testkit.scripted_proxy import ScriptedProxy, shell_then_done
 from tests.processes import DescendantWatcher
-from tests.scripted_proxy import ScriptedProxy, shell_then_done
 
 pytestmark = [pytest.mark.slow, pytest.mark.harness]
 

@@ -17,6 +17,7 @@ from google import genai
 from google.genai import types
 
 from harness_rl.proxy.server import ProxyServer
+from harness_rl.testkit.httpx_upstream import HttpxUpstream
 from tests.proxy_helpers import EngineReply, RecordingTransport, new_session, trace
 
 ADMIN = "admin-secret"
@@ -288,7 +289,8 @@ SDKS = [ChatSDK, ResponsesSDK, AnthropicSDK, GoogleSDK]
 def proxy_stack(engine):
     """One proxy in front of the session's engine, recording every engine exchange."""
     recorder = RecordingTransport()
-    with ProxyServer(engine.url, ADMIN, base_model=BASE, upstream_transport=recorder) as proxy:
+    upstream = HttpxUpstream(engine.url, transport=recorder)
+    with ProxyServer(engine.url, ADMIN, base_model=BASE, upstream=upstream) as proxy:
         headers = {"Authorization": f"Bearer {ADMIN}"}
         with httpx.Client(base_url=proxy.url, headers=headers, trust_env=False) as admin:
             yield proxy, admin, recorder

@@ -18,10 +18,10 @@ import pytest
 
 from harness_rl.harnesses import HARNESSES
 from harness_rl.harnesses.base import Harness
-from harness_rl.proxy.fake_engine import Reply
 from harness_rl.proxy.gatekeeper import ProxyGate
-from harness_rl.proxy.scripted import ScriptedProxy
 from harness_rl.safety import SafetyGate
+from harness_rl.testkit.fake_vllm import Reply
+from harness_rl.testkit.scripted_proxy import ScriptedProxy
 
 pytestmark = [pytest.mark.slow, pytest.mark.harness]
 

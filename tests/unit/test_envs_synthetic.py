@@ -15,9 +15,7 @@ import pytest
 from harness_rl.envs.sources import get_builder
 from harness_rl.envs.sources.synthetic import CORPUS_DIR, SyntheticBuilder, assign_splits
 from harness_rl.envs.sources.synthetic_check import answers_match, check_state
-from harness_rl.envs.sources.synthetic_corpus import to_atif, to_chat, to_text
 from harness_rl.envs.sources.synthetic_replay import keep, oracle_and_empty
-from harness_rl.envs.sources.synthetic_sessions import Session, Step
 from harness_rl.envs.sources.synthetic_trajectory import (
     chatml_decoder,
     load_trajectory,
@@ -27,6 +25,8 @@ from harness_rl.envs.sources.synthetic_trajectory import (
 )
 from harness_rl.envs.sources.synthetic_types import generate
 from harness_rl.envs.spec import TaskSpec
+from scripts.record_trajectories import to_atif, to_chat, to_text
+from scripts.trajectory_sessions import Session, Step
 
 WORKSPACE = {"nums.txt": "4\n9\n16\n", "tool.sh": "#!/bin/bash\nset -e\nsort --bogus nums.txt > out/sorted.txt\n"}
 SESSION = Session(
@@ -47,7 +47,7 @@ SESSION = Session(
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> Path:
     """The test session recorded for real in the chat format (and ATIF and text variants beside it)."""
-    from harness_rl.envs.sources.synthetic_corpus import run_session
+    from scripts.record_trajectories import run_session
 
     folder = tmp_path_factory.mktemp("corpus")
     results = run_session(SESSION)
@@ -182,7 +182,7 @@ def test_a_nondeterministic_trajectory_keeps_no_state_task(tmp_path):
             Step("Write it.", "head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n' > token.txt"),
         ],
     )
-    from harness_rl.envs.sources.synthetic_corpus import run_session
+    from scripts.record_trajectories import run_session
 
     (tmp_path / "n.json").write_text(json.dumps(to_chat(session, run_session(session))))
     specs = generate(load_trajectory(tmp_path / "n.json"))

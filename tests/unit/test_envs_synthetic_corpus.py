@@ -9,8 +9,8 @@ import pytest
 
 from harness_rl.envs.sources import synthetic
 from harness_rl.envs.sources.synthetic import CORPUS_DIR, SyntheticBuilder
-from harness_rl.envs.sources.synthetic_corpus import record_sessions
-from harness_rl.envs.sources.synthetic_sessions import SESSIONS
+from scripts.record_trajectories import record_sessions
+from scripts.trajectory_sessions import SESSIONS
 
 pytestmark = pytest.mark.slow  # replays and checks about 50 tasks: a minute on a busy 2-core machine
 

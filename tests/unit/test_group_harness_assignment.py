@@ -14,10 +14,10 @@ from harness_rl.engine.adapters import AdapterRegistry
 from harness_rl.envs.smoke import load_smoke_tasks
 from harness_rl.harnesses.base import HarnessOutcome
 from harness_rl.launch.components import build_harness, rollout_settings
-from harness_rl.proxy.scripted import ScriptedProxy
 from harness_rl.rollout.proxy_admin import ProxyAdmin
 from harness_rl.rollout.worker import RolloutWorker, TaskSampler
 from harness_rl.sandbox.local import LocalSandbox
+from harness_rl.testkit.scripted_proxy import ScriptedProxy
 
 #: (harness name, rollout folder) of every run, across all workers.
 RUNS: list[tuple[str, Path]] = []

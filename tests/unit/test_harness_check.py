@@ -15,7 +15,7 @@ import pytest
 from harness_rl.harnesses import HARNESSES
 from harness_rl.harnesses.check import check_harness, expand_names, scripted_replies
 from harness_rl.harnesses.mini_swe_agent import MiniSweAgent
-from harness_rl.proxy.scripted import ScriptedProxy
+from harness_rl.testkit.scripted_proxy import ScriptedProxy
 
 REPO = Path(__file__).resolve().parents[2]
 

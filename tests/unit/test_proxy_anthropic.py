@@ -25,8 +25,9 @@ from harness_rl.proxy.dialects.anthropic_messages import (
     tool_input,
 )
 from harness_rl.proxy.dialects.openai_chat import OpenAIChat
-from harness_rl.proxy.fake_engine import FakeEngine, Reply, render_prompt
 from harness_rl.proxy.server import ProxyServer, UvicornThread
+from harness_rl.proxy.toy_chat_template import render_prompt
+from harness_rl.testkit.fake_vllm import FakeEngine, Reply
 from tests.proxy_helpers import new_session, trace
 
 ADMIN = "admin-secret"

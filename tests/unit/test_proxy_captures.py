@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from harness_rl.proxy.fake_engine import Reply, render_prompt
+from harness_rl.proxy.toy_chat_template import render_prompt
+from harness_rl.testkit.fake_vllm import Reply
 from tests.fixtures.captures import CAPTURE_FILES, HARNESSES, load_capture, replay_headers
 from tests.fixtures.inprocess_proxy import InProcessProxy
 from tests.fixtures.reply_checks import check_anthropic_stream, check_chat_reply, check_responses_stream

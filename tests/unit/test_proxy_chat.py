@@ -8,8 +8,9 @@ import httpx
 import openai
 import pytest
 
-from harness_rl.proxy.fake_engine import END, FakeEngine, Reply, render_prompt, token_logprob, tokenize_text
 from harness_rl.proxy.server import ProxyServer, UvicornThread
+from harness_rl.proxy.toy_chat_template import END, render_prompt, tokenize_text
+from harness_rl.testkit.fake_vllm import FakeEngine, Reply, token_logprob
 from tests.proxy_helpers import trace
 
 ADMIN = "admin-secret"

@@ -10,8 +10,9 @@ import openai
 import pytest
 
 from harness_rl.proxy.context import parse_context_refusal
-from harness_rl.proxy.fake_engine import FakeEngine, Reply, render_prompt
 from harness_rl.proxy.server import ProxyServer, UvicornThread
+from harness_rl.proxy.toy_chat_template import render_prompt
+from harness_rl.testkit.fake_vllm import FakeEngine, Reply
 from tests.proxy_helpers import new_session, trace
 
 ADMIN = "admin-secret"

@@ -11,8 +11,8 @@ import pytest
 
 from harness_rl.proxy.detect import ANTHROPIC, CHAT, GOOGLE, RESPONSES, by_body, by_headers, by_path, detect
 from harness_rl.proxy.export import read_trace_jsonl, trace_from_records, trace_to_jsonl, write_trace_jsonl
-from harness_rl.proxy.fake_engine import FakeEngine, Reply
 from harness_rl.proxy.server import ProxyServer, UvicornThread
+from harness_rl.testkit.fake_vllm import FakeEngine, Reply
 from tests.proxy_helpers import new_session, trace
 
 ADMIN = "admin-secret"

@@ -13,8 +13,9 @@ from google.genai import types
 from harness_rl.proxy.dialects.google_generate import GoogleGenerateContent, normalize_schema
 from harness_rl.proxy.dialects.openai_chat import OpenAIChat
 from harness_rl.proxy.errors import ProxyError
-from harness_rl.proxy.fake_engine import END, FakeEngine, Reply, render_prompt, tokenize_text
 from harness_rl.proxy.server import ProxyServer, UvicornThread
+from harness_rl.proxy.toy_chat_template import END, render_prompt, tokenize_text
+from harness_rl.testkit.fake_vllm import FakeEngine, Reply
 from tests.proxy_helpers import trace
 
 ADMIN = "admin-secret"

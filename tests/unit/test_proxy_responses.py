@@ -15,8 +15,9 @@ from openai.types.responses import Response, ResponseStreamEvent
 from harness_rl.proxy.dialects.openai_chat import OpenAIChat
 from harness_rl.proxy.dialects.openai_responses import OpenAIResponses
 from harness_rl.proxy.errors import ProxyError
-from harness_rl.proxy.fake_engine import FakeEngine, Reply, render_prompt
 from harness_rl.proxy.server import ProxyServer, UvicornThread
+from harness_rl.proxy.toy_chat_template import render_prompt
+from harness_rl.testkit.fake_vllm import FakeEngine, Reply
 from tests.proxy_helpers import new_session, trace
 
 ADMIN = "admin-secret"

@@ -10,10 +10,10 @@ import pytest
 from google import genai
 from google.genai import types
 
-from harness_rl.proxy.fake_engine import FakeEngine, Reply
 from harness_rl.proxy.gatekeeper import BLOCKED_TOOL, ProxyGate
 from harness_rl.proxy.server import ProxyServer, UvicornThread
 from harness_rl.safety import SafetyGate
+from harness_rl.testkit.fake_vllm import FakeEngine, Reply
 from tests.proxy_helpers import new_session, trace
 
 ADMIN = "admin-secret"

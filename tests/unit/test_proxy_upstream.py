@@ -11,7 +11,7 @@ import pytest
 
 from harness_rl.proxy.upstream import Upstream, UpstreamError
 from harness_rl.proxy.upstream_aiohttp import AiohttpUpstream
-from harness_rl.proxy.upstream_httpx import HttpxUpstream
+from harness_rl.testkit.httpx_upstream import HttpxUpstream
 
 REPLY = b'{"ok":true}'
 

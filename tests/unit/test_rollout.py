@@ -17,9 +17,9 @@ from harness_rl.envs.smoke import smoke_task
 from harness_rl.envs.task import Task
 from harness_rl.harnesses.base import HarnessOutcome
 from harness_rl.proxy.export import read_trace_jsonl
-from harness_rl.proxy.fake_engine import Reply
 from harness_rl.rollout.session import RolloutSettings, count_tool_calls, run_rollout
 from harness_rl.rollout.worker import score_group
+from harness_rl.testkit.fake_vllm import Reply
 from tests.proxy_helpers import fake_engine_behind_proxy
 
 ADMIN = "test-admin-token"

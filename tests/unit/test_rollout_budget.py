@@ -11,9 +11,9 @@ import pytest
 from harness_rl.envs.smoke import smoke_task
 from harness_rl.harnesses import HARNESSES
 from harness_rl.harnesses.base import Harness, HarnessOutcome
-from harness_rl.proxy.scripted import ScriptedProxy
 from harness_rl.rollout.proxy_admin import ProxyAdmin
 from harness_rl.rollout.session import RolloutSettings, request_budget, run_rollout
+from harness_rl.testkit.scripted_proxy import ScriptedProxy
 
 SETTINGS = RolloutSettings(
     step_limit=3, max_requests=5, timeout_s=30, verifier_timeout_s=10, temperature=0.8, max_tokens=32

@@ -13,10 +13,10 @@ import pytest
 
 from harness_rl.envs.smoke import smoke_task
 from harness_rl.harnesses.base import HarnessOutcome
-from harness_rl.proxy.fake_engine import Reply
 from harness_rl.proxy.sessions import SessionStore, engine_wait_s, union_seconds
 from harness_rl.rollout.phases import PHASES, mean_phases, rollout_phases
 from harness_rl.rollout.session import RolloutSettings, run_rollout
+from harness_rl.testkit.fake_vllm import Reply
 from tests.proxy_helpers import fake_engine_behind_proxy
 
 ADMIN = "test-admin-token"

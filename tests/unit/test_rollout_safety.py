@@ -13,13 +13,13 @@ import pytest
 from harness_rl.envs.reward import compute_group_rewards
 from harness_rl.envs.smoke import smoke_task
 from harness_rl.harnesses.base import HarnessOutcome
-from harness_rl.proxy.fake_engine import FakeEngine, Reply
 from harness_rl.proxy.gatekeeper import ProxyGate
 from harness_rl.proxy.server import ProxyServer, UvicornThread
 from harness_rl.rollout.proxy_admin import ProxyAdmin
 from harness_rl.rollout.session import RolloutSettings, run_rollout, safety_spec
 from harness_rl.rollout.worker import group_metrics, score_group
 from harness_rl.safety import SafetyGate
+from harness_rl.testkit.fake_vllm import FakeEngine, Reply
 
 ADMIN = "test-admin-token"
 SETTINGS = RolloutSettings(

@@ -12,9 +12,10 @@ import pytest
 
 from harness_rl.envs.smoke import smoke_task
 from harness_rl.harnesses.base import HarnessOutcome
-from harness_rl.proxy.fake_engine import Reply, render_prompt
+from harness_rl.proxy.toy_chat_template import render_prompt
 from harness_rl.rollout.proxy_admin import ProxyAdmin
 from harness_rl.rollout.session import RolloutSettings, run_rollout
+from harness_rl.testkit.fake_vllm import Reply
 from tests.proxy_helpers import fake_engine_behind_proxy
 
 ADMIN = "test-admin-token"

@@ -7,14 +7,13 @@ import json
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
+from benchmarks.safety import DEFAULT_CORPUS as CORPUS
 from harness_rl.safety import RULE_NAMES
 from harness_rl.safety.__main__ import check_lines
 
-CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "safety_corpus.jsonl"
 HARNESSES = {"pi", "opencode", "claude_code", "codex", "hermes", "mini_swe_agent"}
 NEAR_MISSES = [
     "cat tests_output.txt",

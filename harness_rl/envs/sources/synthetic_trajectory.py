@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from harness_rl.proxy.export import read_trace_jsonl
-from harness_rl.proxy.fake_engine import END, ROLE_IDS, START
+from harness_rl.proxy.toy_chat_template import END, ROLE_IDS, START
 
 #: A call runs a shell command when its tool's name has one of these words and an argument below holds it.
 SHELL_TOOL_WORDS = ("bash", "shell", "exec", "terminal", "run_command", "execute_command", "sh")

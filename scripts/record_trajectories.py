@@ -1,12 +1,12 @@
 """Records the bundled trajectory corpus: real tool outputs, produced by running the commands.
 
-``python -m harness_rl.envs.sources.synthetic_corpus [OUT]`` replays every scripted session of
-``synthetic_sessions`` in a fresh temporary workspace, records each command's real output and exit status, and
-writes the session in its format: an OpenAI chat file with tool calls ("chat"), a mini-swe-agent-style chat file
-with ```bash blocks ("text") or an ATIF file ("atif"). With ``--rollout`` it also records a rollout of this
-project: the real mini-swe-agent binary (text mode) against the capture proxy and the scripted fake engine, whose
-``trace.jsonl`` is kept (its session key replaced) with a ``synthetic.json`` naming the instruction and starting
-workspace.
+``python -m scripts.record_trajectories [OUT]`` (from the checkout) replays every scripted session of
+``scripts/trajectory_sessions.py`` in a fresh temporary workspace, records each command's real output and exit
+status, and writes the session in its format: an OpenAI chat file with tool calls ("chat"), a
+mini-swe-agent-style chat file with ```bash blocks ("text") or an ATIF file ("atif"). With ``--rollout`` it
+also records a rollout of this project: the real mini-swe-agent binary (text mode) against the capture proxy
+and the scripted fake engine, whose ``trace.jsonl`` is kept (its session key replaced) with a
+``synthetic.json`` naming the instruction and starting workspace.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from harness_rl.envs.sources.synthetic_replay import StepResult, run_action, write_files
-from harness_rl.envs.sources.synthetic_sessions import SESSIONS, Session
 from harness_rl.envs.sources.synthetic_trajectory import make_action
 from harness_rl.proxy.export import read_trace_jsonl, write_trace_jsonl
-from harness_rl.proxy.fake_engine import Reply
+from harness_rl.testkit.fake_vllm import Reply
+from scripts.trajectory_sessions import SESSIONS, Session
 
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "data" / "trajectories"
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / "harness_rl" / "envs" / "data" / "trajectories"
 ATIF_VERSION = "ATIF-v1.6"
 SUBMIT = "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"
 
@@ -181,12 +181,12 @@ ROLLOUTS = [
 
 def record_rollout(out: Path, rollout: ScriptedRollout) -> Path:
     """Runs mini-swe-agent on ``rollout``'s task through the capture proxy and the scripted fake engine
-    (``harness_rl.proxy.scripted``), and keeps the rollout's ``trace.jsonl`` plus ``synthetic.json``."""
+    (``harness_rl.testkit.scripted_proxy``), and keeps the rollout's ``trace.jsonl`` plus ``synthetic.json``."""
     from harness_rl.envs.task import Task
     from harness_rl.harnesses import MiniSweAgent
-    from harness_rl.proxy.scripted import ScriptedProxy
     from harness_rl.rollout.proxy_admin import ProxyAdmin
     from harness_rl.rollout.session import RolloutSettings, run_rollout
+    from harness_rl.testkit.scripted_proxy import ScriptedProxy
 
     task = Task(id=rollout.name, instruction=rollout.instruction, files=rollout.workspace, verifier=rollout.verifier)
     settings = RolloutSettings(

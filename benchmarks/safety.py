@@ -1,6 +1,6 @@
-"""``python -m harness_rl.safety.bench``: per-call inspection latency over the labelled corpus.
+"""``python -m benchmarks.safety``: per-call inspection latency of the safety gate over the labelled corpus.
 
-Runs every call of ``tests/fixtures/safety_corpus.jsonl`` (or ``--corpus``) through the gate ``--repeat``
+Runs every call of ``benchmarks/data/safety_corpus.jsonl`` (or ``--corpus``) through the gate ``--repeat``
 times after one warm-up pass and prints latency percentiles; the last line is ``p99_ms=X`` (wall clock).
 The thread's CPU time per call is printed too: on a loaded, shared machine the wall-clock tail mostly measures
 waiting for a core, and the CPU time shows what the gate itself costs.
@@ -13,12 +13,11 @@ import json
 import time
 from pathlib import Path
 
-from harness_rl.config.schema import PROJECT_ROOT
 from harness_rl.safety.__main__ import context_of
 from harness_rl.safety.gate import SafetyGate
 from harness_rl.safety.presets import preset
 
-DEFAULT_CORPUS = PROJECT_ROOT / "tests" / "fixtures" / "safety_corpus.jsonl"
+DEFAULT_CORPUS = Path(__file__).parent / "data" / "safety_corpus.jsonl"
 
 
 def measure(corpus: Path, repeat: int, mode: str) -> tuple[list[float], list[float]]:
@@ -48,7 +47,7 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; prints the percentiles, ending with ``p99_ms=X``."""
-    parser = argparse.ArgumentParser(prog="python -m harness_rl.safety.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.safety", description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--mode", default="on", choices=("on", "strict"))

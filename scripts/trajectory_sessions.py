@@ -1,4 +1,4 @@
-"""The scripted shell sessions behind the bundled trajectory corpus (what ``synthetic_corpus`` replays).
+"""The scripted shell sessions behind the bundled trajectory corpus (what ``scripts.record_trajectories`` replays).
 
 Each session is a task, a starting workspace and the steps an agent took: its note (a question when the step
 looks something up) and a shell command or a file write. They cover inspecting files, computing with shell

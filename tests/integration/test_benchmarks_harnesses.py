@@ -1,4 +1,4 @@
-"""``python -m harness_rl.harnesses.bench`` runs concurrent sessions of a real harness (mini-swe-agent: its
+"""``python -m benchmarks.harnesses`` runs concurrent sessions of a real harness (mini-swe-agent: its
 sessions last seconds, so the memory sampler sees them) through the proxy and prints its summary as one JSON
 object on stdout, with the table on stderr."""
 
@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from benchmarks.harnesses.throughput import BenchResult
 from harness_rl.harnesses import HARNESSES
-from harness_rl.harnesses.bench import BenchResult
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.slow, pytest.mark.harness]
 
@@ -19,10 +22,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.harness]
 def test_two_sessions_print_one_json_summary():
     HARNESSES["mini_swe_agent"]().install()
     done = subprocess.run(
-        [sys.executable, "-m", "harness_rl.harnesses.bench", "--harness", "mini_swe_agent", "--sessions", "2"],
+        [sys.executable, "-m", "benchmarks.harnesses", "--harness", "mini_swe_agent", "--sessions", "2"],
         capture_output=True,
         text=True,
         timeout=300,
+        cwd=REPO,  # benchmarks/ is a top-level package of the checkout, not installed
         stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stderr[-3000:]

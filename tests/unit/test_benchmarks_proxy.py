@@ -5,10 +5,13 @@ import math
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import psutil
 
-from harness_rl.proxy.bench_procs import core_plan
+from benchmarks.proxy.procs import core_plan
+
+REPO = Path(__file__).resolve().parents[2]
 
 FINAL_LINE = re.compile(r"^proxy_overhead_p50_ms=(\S+) throughput_ratio=(\S+) stream_ttft_ratio=(\S+)$")
 
@@ -16,10 +19,11 @@ FINAL_LINE = re.compile(r"^proxy_overhead_p50_ms=(\S+) throughput_ratio=(\S+) st
 def test_bench_tiny_run_reports_finite_numbers():
     argv = ["--turns", "3", "--many", "4", "--rounds", "1", "--repeats", "2", "--token-delay-ms", "1"]
     result = subprocess.run(
-        [sys.executable, "-m", "harness_rl.proxy.bench", *argv, "--graph-calls", "20"],
+        [sys.executable, "-m", "benchmarks.proxy", *argv, "--graph-calls", "20"],
         capture_output=True,
         text=True,
         timeout=120,
+        cwd=REPO,  # benchmarks/ is a top-level package of the checkout, not installed
     )
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()

@@ -1,10 +1,10 @@
 """Benchmark: the capture proxy against calling the engine directly, with a fast scripted engine.
 
-    python -m harness_rl.proxy.bench [--turns 20] [--many 144] [--rounds 2] [--token-delay-ms 5]
+    python -m benchmarks.proxy [--turns 20] [--many 144] [--rounds 2] [--token-delay-ms 5]
 
-Starts the scripted engine (harness_rl/proxy/bench_upstream.py) and the proxy (`python -m harness_rl.proxy
-serve`) as child processes pinned to their own cores where the machine has them, and drives agent-like
-sessions (harness_rl/proxy/bench_load.py) from this process, directly and through the proxy side by side:
+Starts the fake vLLM's fast mode (harness_rl/testkit/fake_vllm/fast.py) and the proxy (`python -m
+harness_rl.proxy serve`) as child processes pinned to their own cores where the machine has them, and drives
+agent-like sessions (benchmarks/proxy/load.py) from this process, directly and through the proxy side by side:
 
 - 1 session, non-streaming and streaming: direct and proxied calls alternate turn by turn;
 - `--many` concurrent sessions, non-streaming and streaming: direct and proxied rounds alternate.
@@ -33,9 +33,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness_rl.proxy.bench_graph import time_graph_linking
-from harness_rl.proxy.bench_load import AgentSession, CallRecord, SessionShape, Target
-from harness_rl.proxy.bench_procs import PinnedServer, core_plan, python_module
+from benchmarks.proxy.graph import time_graph_linking
+from benchmarks.proxy.load import AgentSession, CallRecord, SessionShape, Target
+from benchmarks.proxy.procs import PinnedServer, core_plan, python_module
 
 MODEL = "bench-model"
 TOKEN_ENV = "HARNESS_RL_ADMIN_TOKEN"
@@ -258,7 +258,7 @@ def _results_table(rows: list[Row]) -> Table:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m harness_rl.proxy.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.proxy", description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=20, help="calls per agent session")
     parser.add_argument("--many", type=int, default=144, help="concurrent sessions in the throughput runs")
     parser.add_argument("--rounds", type=int, default=2, help="alternating direct/proxied rounds per throughput run")
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     token = secrets.token_urlsafe(16)
     upstream = PinnedServer(
         "upstream",
-        python_module("harness_rl.proxy.bench_upstream", "--port", "0", "--token-delay-ms", str(args.token_delay_ms)),
+        python_module("harness_rl.testkit.fake_vllm.fast", "--port", "0", "--token-delay-ms", str(args.token_delay_ms)),
         plan["upstream"],
     )
     proxy = PinnedServer(

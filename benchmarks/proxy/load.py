@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from harness_rl.proxy.bench_upstream import REPLY_VOCAB
+from harness_rl.testkit.fake_vllm.fast import REPLY_VOCAB
 
 CHAT = "/v1/chat/completions"
 BASH_TOOL = {

@@ -3,10 +3,12 @@
 It imitates vLLM 0.32's reply shapes with `return_token_ids` and `logprobs`: `prompt_token_ids` at the
 top level (first chunk when streaming), `token_ids` per choice (per chunk: that step's tokens), one
 `logprobs.content` entry per token, held-back tool-parser steps as chunks with an empty delta, the final
-usage chunk, `[DONE]`. Tokenization is a toy one that is prefix-consistent the way a real chat template
-is: a conversation's next prompt starts with the previous prompt plus the previous completion.
+usage chunk, `[DONE]`. Tokenization is the toy chat template of ``harness_rl.proxy.toy_chat_template``, which is
+prefix-consistent the way a real chat template is: a conversation's next prompt starts with the previous
+prompt plus the previous completion.
 
-Used by unit tests (with uvicorn on port 0) and by harness tests that need a scripted model.
+Used by unit tests (with uvicorn on port 0), by harness tests that need a scripted model, by the harness
+benchmark and by ``python -m harness_rl.harnesses check``. Its fast mode for benchmarks is ``fast.py``.
 """
 
 from __future__ import annotations
@@ -23,8 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-START, END = 100_000, 100_001  # turn delimiters, like <|im_start|> / <|im_end|>
-ROLE_IDS = {"system": 100_010, "user": 100_011, "assistant": 100_012, "tool": 100_013}
+from harness_rl.proxy.toy_chat_template import END, render_assistant, render_prompt, tokenize_text
 
 
 @dataclass
@@ -33,41 +34,6 @@ class Reply:
 
     text: str = ""
     tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-
-
-def render_assistant(text: str, tool_calls: list[tuple[str, dict[str, Any]]]) -> str:
-    """The text a model emits for a reply (Hermes-style tool-call tags)."""
-    calls = "".join(
-        "<tool_call>" + json.dumps({"name": n, "arguments": a}, sort_keys=True) + "</tool_call>" for n, a in tool_calls
-    )
-    return text + calls
-
-
-def tokenize_text(text: str) -> list[int]:
-    return [ord(c) for c in text]
-
-
-def render_prompt(messages: list[dict[str, Any]]) -> list[int]:
-    """Toy chat template: START role content END per message, then START assistant."""
-    ids: list[int] = []
-    for message in messages:
-        ids += [START, ROLE_IDS.get(message["role"], 100_019)]
-        if message["role"] == "assistant":
-            calls = [
-                (tc["function"]["name"], json.loads(tc["function"]["arguments"] or "{}"))
-                for tc in message.get("tool_calls") or []
-            ]
-            ids += tokenize_text(render_assistant(_text(message.get("content")), calls))
-        else:
-            ids += tokenize_text(_text(message.get("content")))
-        ids.append(END)
-    return ids + [START, ROLE_IDS["assistant"]]
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return content or ""
 
 
 def token_logprob(position: int, token_id: int) -> float:

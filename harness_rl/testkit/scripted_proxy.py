@@ -10,9 +10,9 @@ from typing import Any
 
 import httpx
 
-from harness_rl.proxy.fake_engine import FakeEngine, Reply
 from harness_rl.proxy.gatekeeper import ProxyGate
 from harness_rl.proxy.server import ProxyServer, UvicornThread
+from harness_rl.testkit.fake_vllm import FakeEngine, Reply
 
 ADMIN_TOKEN = "harness-scripted-admin"
 

@@ -1,6 +1,6 @@
-"""A lean scripted engine for the proxy benchmark: vLLM's reply shapes at a fraction of the fake engine's cost.
+"""The fake vLLM's fast mode, for the proxy benchmark: vLLM's reply shapes at a fraction of FakeEngine's cost.
 
-`python -m harness_rl.proxy.bench_upstream --port 0 [--token-delay-ms 5]` prints its URL and serves
+`python -m harness_rl.testkit.fake_vllm.fast --port 0 [--token-delay-ms 5]` prints its URL and serves
 `POST /v1/chat/completions` until SIGINT/SIGTERM.
 
 Replies have vLLM 0.32's shapes with `return_token_ids` and `logprobs` (see harness_rl/proxy/capture.py):
@@ -12,6 +12,8 @@ session's calls into one chain.
 
 It is a bare ASGI callable rather than a Starlette app because the benchmark compares the proxy against
 this server: every microsecond spent here dilutes the comparison, and routing one path needs no framework.
+It is a class of its own rather than a flag on FakeEngine because it also tokenizes differently (a word per
+token, not a character) and writes its own replies (random words and one ``bash`` call, not a script).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def render_tool_call(name: str, arguments: str) -> str:
     return f"<tool_call> {name} {arguments} </tool_call>"
 
 
-class ScriptedEngine:
+class FastFakeEngine:
     """The ASGI app. Every reply has `reply_words` words of text and one `bash` tool call.
 
     Args:
@@ -197,12 +199,12 @@ async def _send_body(send: Any, status: int, payload: bytes, content_type: bytes
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness_rl.proxy.bench_upstream")
+    parser = argparse.ArgumentParser(prog="python -m harness_rl.testkit.fake_vllm.fast")
     parser.add_argument("--port", type=int, default=0, help="port to bind on 127.0.0.1 (0 = a free one)")
     parser.add_argument("--token-delay-ms", type=float, default=0.0, help="pause before each streamed token")
     parser.add_argument("--reply-words", type=int, default=24)
     args = parser.parse_args(argv)
-    app = ScriptedEngine(reply_words=args.reply_words, token_delay_s=args.token_delay_ms / 1000.0)
+    app = FastFakeEngine(reply_words=args.reply_words, token_delay_s=args.token_delay_ms / 1000.0)
     config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
 

@@ -1,4 +1,4 @@
-"""``python -m harness_rl.harnesses.bench --harness NAME --sessions N``: how many rollouts of one harness per
+"""``python -m benchmarks.harnesses --harness NAME --sessions N``: how many rollouts of one harness per
 minute this machine sustains, and how much memory they take at once.
 
 N sessions of the harness run concurrently (at most ``--concurrency`` at a time), each in its own sandboxed
@@ -44,13 +44,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from benchmarks.harnesses.memory import MemorySampler
 from harness_rl.harnesses import HARNESSES
 from harness_rl.harnesses.base import Harness, HarnessNotInstalledError
-from harness_rl.harnesses.bench_memory import MemorySampler
 from harness_rl.harnesses.check import scripted_replies
 from harness_rl.harnesses.install import install_command
-from harness_rl.proxy.fake_engine import FakeEngine, Reply
 from harness_rl.proxy.server import ProxyServer, UvicornThread
+from harness_rl.testkit.fake_vllm import FakeEngine, Reply
 
 logger = logging.getLogger(__name__)
 
@@ -352,7 +352,7 @@ def print_table(result: BenchResult, console: Console) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness_rl.harnesses.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.harnesses", description=__doc__.split("\n\n")[0])
     parser.add_argument("--harness", required=True, choices=sorted(HARNESSES))
     parser.add_argument("--sessions", type=int, default=48, help="sessions to run (default 48)")
     parser.add_argument("--concurrency", type=int, default=None, help="at most this many at once (default: all)")

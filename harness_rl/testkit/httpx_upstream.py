@@ -1,5 +1,6 @@
-"""The engine client over an httpx transport: what the app uses when a test hands it one (an ASGI app, a
-transport that records the wire). See proxy/upstream.py for the interface."""
+"""The engine client over an httpx transport, for tests: ``create_app(..., upstream=HttpxUpstream(url,
+transport=...))`` reaches an in-process engine (an ASGI transport) or records the wire. Production reaches the
+engine with aiohttp (proxy/upstream_aiohttp.py); see proxy/upstream.py for the interface both implement."""
 
 from __future__ import annotations
 

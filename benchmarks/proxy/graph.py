@@ -6,7 +6,7 @@ import random
 import time
 from typing import Any
 
-from harness_rl.proxy.bench_load import SessionShape
+from benchmarks.proxy.load import SessionShape
 from harness_rl.proxy.graph import RolloutGraph
 
 REPLY_TOKENS = 32  # 24 text tokens, the tool call's tokens and the end token, as the bench engine replies

@@ -8,8 +8,8 @@ import json
 
 import httpx
 
-from harness_rl.harnesses.bench import TOKEN_PLACEHOLDER, ConversationScriptedEngine
-from harness_rl.proxy.fake_engine import Reply
+from benchmarks.harnesses.throughput import TOKEN_PLACEHOLDER, ConversationScriptedEngine
+from harness_rl.testkit.fake_vllm import Reply
 
 SCRIPT = [Reply(tool_calls=[("bash", {"command": f"echo {TOKEN_PLACEHOLDER} > out.txt"})]), Reply(text="Done.")]
 
