@@ -12,8 +12,8 @@ import pytest
 from harness_rl.proxy.dialects.anthropic_messages import AnthropicMessages
 from harness_rl.proxy.dialects.openai_chat import OpenAIChat
 from harness_rl.proxy.dialects.openai_responses import OpenAIResponses
-from harness_rl.proxy.fake_engine import Reply
 from harness_rl.proxy.request_fields import OPENAI_CHAT_FIELDS, VLLM_EXTRAS, strip_unlisted
+from harness_rl.testkit.fake_vllm import Reply
 from tests.fixtures.captures import CAPTURE_DIR, CAPTURE_FILES, HARNESSES, load_capture, replay_headers
 from tests.fixtures.inprocess_proxy import InProcessProxy
 
