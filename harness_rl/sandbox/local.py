@@ -215,6 +215,9 @@ class LocalSandbox:
                 self._live.pop(marker, None)
         returncode = proc.wait()
         seconds = time.monotonic() - start
+        # bwrap can exit while its PID namespace's init (still in this process group) is tearing the namespace
+        # down; the marker scan below cannot read an exiting process's environment, so wait on the group too.
+        _wait_group_gone(proc.pid, timeout_s=self.kill_grace_s)
         killed = _kill_marked(marker, grace_s=self.kill_grace_s)
         if killed:
             logger.info("killed %d leftover process(es) of a sandboxed run: %s", len(killed), killed)
@@ -298,6 +301,24 @@ def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Pro
         if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(0.05)
+
+
+def _wait_group_gone(pgid: int, *, timeout_s: float) -> None:
+    """SIGKILL what is left of process group ``pgid`` and wait until none of it runs (zombies count as gone)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        return  # the group is empty
+    except PermissionError:
+        pass
+    members = []
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) == pgid:
+                members.append(p)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            continue
+    _wait_gone(members, timeout_s)
 
 
 def _host_paths_needed() -> set[Path]:
