@@ -23,7 +23,7 @@ from pathlib import Path
 
 from harness_rl.envs.links import remove_escaping_links
 from harness_rl.envs.task import Task, lay_out_workspace
-from harness_rl.envs.verify import VerifierResult, check_score
+from harness_rl.envs.verdict import VerifierResult, check_score
 from harness_rl.sandbox.base import Sandbox, SandboxClosedError, SandboxLayout, hidden_from_sandboxes
 
 #: Address-space cap of a verifier or oracle run when the caller gives no sandbox: pandas and pytest with

@@ -19,43 +19,23 @@ link to where the verifier keeps its expected files cannot make the output match
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness_rl.envs.links import remove_escaping_links
 from harness_rl.envs.task import TESTS_VERIFIER, Task
+from harness_rl.envs.testrun import run_tests
+from harness_rl.envs.verdict import VerifierResult, check_score
 
 if TYPE_CHECKING:
     from harness_rl.sandbox.base import Sandbox
 
 DEFAULT_TIMEOUT_S = 30.0
-
-
-@dataclass(frozen=True)
-class VerifierResult:
-    """A verifier's verdict.
-
-    Attributes:
-        score: In [0, 1] (1 = solved); None when the verifier itself failed.
-        error: Why the verifier failed (None when it produced a score).
-        seconds: How long it ran.
-    """
-
-    score: float | None
-    error: str | None = None
-    seconds: float = 0.0
-
-    @property
-    def scorable(self) -> bool:
-        """Whether the rollout has a score at all."""
-        return self.score is not None
 
 
 def verifier_argv(task: Task) -> list[str]:
@@ -94,8 +74,6 @@ def verify(
         The score, or None with the error when the verifier crashed, timed out or gave no score.
     """
     if task.verifier.get("kind") == TESTS_VERIFIER or (task.task_dir is not None and not task.verifier):
-        from harness_rl.envs.testrun import run_tests
-
         limit = timeout_s if timeout_s is not None else task.verifier_timeout_s
         return run_tests(task, workspace, rollout_dir=rollout_dir, sandbox=sandbox, timeout_s=limit,
                          tool_calls=tool_calls)  # fmt: skip
@@ -151,16 +129,3 @@ def parse_score_line(stdout: str) -> float:
     if isinstance(value, dict):
         value = value.get("score")
     return check_score(value, last)
-
-
-def check_score(value: object, shown: str) -> float:
-    """``value`` as a float if it is a finite number in [0, 1] (``shown`` is quoted in the error).
-
-    Raises:
-        ValueError: It is not.
-    """
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"verifier's score is not a finite number: {shown[:200]!r}")
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"verifier's score {value} is outside [0, 1]")
-    return float(value)
